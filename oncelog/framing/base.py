@@ -1,0 +1,344 @@
+"""The Framing protocol, framing errors, the content-type registry and stream decoding.
+
+A framing turns messages into the bytes of a journal and back. Decoding works
+on whole buffers: one call decodes every complete frame of a buffer into
+Envelopes, which is what keeps readers fast in Python.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import accumulate, islice, repeat
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from oncelog.message import Envelope
+
+__all__ = [
+    "CONTENT_TYPE_JSON_LINES",
+    "CONTENT_TYPE_CSV",
+    "CONTENT_TYPE_PROTOBUF_FIXED",
+    "Buffer",
+    "FramingError",
+    "UnknownContentType",
+    "EncodeError",
+    "FrameDecodeError",
+    "MalformedFrame",
+    "DesyncDetected",
+    "TruncatedFrame",
+    "DecodeResult",
+    "Framing",
+    "register",
+    "for_content_type",
+    "content_types",
+    "decode_stream",
+]
+
+CONTENT_TYPE_JSON_LINES = "application/x-ndjson"
+"""Newline-delimited JSON documents (Gazette's `labels.ContentType_JSONLines`)."""
+CONTENT_TYPE_CSV = "text/csv"
+"""RFC 4180 CSV records (Gazette's `labels.ContentType_CSV`)."""
+CONTENT_TYPE_PROTOBUF_FIXED = "application/x-protobuf-fixed"
+"""Protobuf payloads behind a magic word and a length (Gazette's `labels.ContentType_ProtoFixed`)."""
+
+Buffer = bytes | bytearray | memoryview
+"""What a framing decodes from."""
+
+_SNIPPET = 64
+
+
+def snippet(data: bytes | bytearray | memoryview) -> str:
+    """A short printable form of some bad bytes, for error messages."""
+    data = bytes(data[: _SNIPPET + 1])
+    if len(data) > _SNIPPET:
+        return f"{data[:_SNIPPET]!r}..."
+    return repr(data)
+
+
+class FramingError(Exception):
+    """Base of every error a framing raises about content types, messages or bytes."""
+
+
+class UnknownContentType(FramingError, LookupError):
+    """No framing is registered for a journal's content type."""
+
+    def __init__(self, content_type: str, known: Sequence[str]) -> None:
+        self.content_type = content_type
+        self.known = tuple(known)
+        super().__init__(
+            f"no framing for content type {content_type!r}; "
+            f"known content types: {', '.join(self.known) or '(none)'}"
+        )
+
+    def __str__(self) -> str:  # LookupError would repr() the message otherwise
+        return str(self.args[0])
+
+
+class EncodeError(FramingError, ValueError):
+    """A message cannot be written as one frame of this framing."""
+
+
+class FrameDecodeError(FramingError):
+    """Bad bytes at `[begin, end)` of a journal; decoding can resume at `end`.
+
+    `envelopes` holds the messages decoded before the bad bytes (deliver them
+    first), `data` the bad bytes themselves. A reader either raises this or skips
+    the bad bytes and decodes again from `end`: skipping loses only `data`.
+    """
+
+    what = "bad frame"
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        what: str | None = None,
+        journal: str | None = None,
+        begin: int | None = None,
+        end: int | None = None,
+        data: bytes | bytearray | memoryview = b"",
+        envelopes: list[Envelope] | None = None,
+    ) -> None:
+        if what is not None:
+            self.what = what
+        self.reason = reason
+        self.journal = journal
+        self.begin = begin
+        self.end = end
+        self.data = bytes(data)
+        self.envelopes: list[Envelope] = [] if envelopes is None else envelopes
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = "" if self.journal is None else f"journal {self.journal}: "
+        at = "" if self.begin is None else f" at offset {self.begin}-{self.end}"
+        return f"{where}{self.what}{at}: {self.reason}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), dict(self.__dict__)))
+
+
+def _rebuild(cls: type[FrameDecodeError], state: dict[str, Any]) -> FrameDecodeError:
+    err = cls.__new__(cls)
+    err.__dict__.update(state)
+    err.args = (err._message(),)
+    return err
+
+
+class MalformedFrame(FrameDecodeError):
+    """A whole frame whose content does not decode (bad JSON, bad CSV quoting, bad protobuf)."""
+
+    what = "malformed frame"
+
+
+class DesyncDetected(FrameDecodeError):
+    """Bytes that are not a frame where a frame should start; `skipped` holds them."""
+
+    what = "fixed-frame desync"
+
+    @property
+    def skipped(self) -> bytes:
+        """The discarded bytes (from `begin` up to the next magic word or the end of data)."""
+        return self.data
+
+
+class TruncatedFrame(FrameDecodeError):
+    """Data ends part way through a frame: never returned as a short message."""
+
+    what = "truncated frame"
+
+
+@dataclass(slots=True)
+class DecodeResult:
+    """The envelopes decoded from a buffer and how many of its bytes they used.
+
+    Only whole frames are consumed: a trailing partial frame stays in the buffer
+    (`buffer[consumed:]`) to be decoded again once more data follows it.
+    """
+
+    envelopes: list[Envelope]
+    consumed: int
+    next_offset: int
+    """Journal offset of `buffer[consumed]`: where the next decode starts."""
+
+
+@runtime_checkable
+class Framing(Protocol):
+    """Marshals messages into frames of one content type and decodes buffers of them."""
+
+    content_type: str
+
+    def marshal(self, msg: Any) -> bytes:
+        """One whole frame holding `msg`."""
+        ...
+
+    def decode(
+        self,
+        buf: Buffer,
+        *,
+        journal: str,
+        base: int = 0,
+        final: bool = False,
+        new_message: Callable[[Any], Any] | None = None,
+    ) -> DecodeResult:
+        """Decode every whole frame of `buf`, whose first byte is at journal offset `base`.
+
+        With `final=True` the buffer is the end of the data, so a trailing
+        partial frame raises TruncatedFrame. Bad bytes raise a FrameDecodeError
+        carrying the envelopes decoded before them.
+        """
+        ...
+
+
+_registry: dict[str, Framing] = {}
+_registry_lock = threading.Lock()
+
+
+def _normalize(content_type: str) -> str:
+    # Media types are case-insensitive and may carry parameters ("text/csv; charset=utf-8").
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def register(framing: Framing) -> Framing | None:
+    """Register `framing` for its content type; returns the framing it replaces, if any."""
+    content_type = getattr(framing, "content_type", None)
+    if not isinstance(content_type, str) or not _normalize(content_type):
+        raise TypeError(f"{framing!r} has no content_type string to register it under")
+    key = _normalize(content_type)
+    with _registry_lock:
+        previous = _registry.get(key)
+        _registry[key] = framing
+    return previous
+
+
+def for_content_type(content_type: str) -> Framing:
+    """The framing registered for a journal's `content-type` label value."""
+    framing = _registry.get(_normalize(content_type)) if isinstance(content_type, str) else None
+    if framing is None:
+        raise UnknownContentType(content_type, content_types())
+    return framing
+
+
+def content_types() -> list[str]:
+    """The content types that have a registered framing, sorted."""
+    return sorted(_registry)
+
+
+# --- decoding support shared by the framings ---------------------------------------------
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_resume = False
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a batch of envelopes is built.
+
+    Building many long-lived objects makes CPython run collections that find
+    nothing to free (everything built is still referenced), which costs more
+    than the decoding itself. Nested and concurrent pauses are counted, and the
+    collector is re-enabled only if it was enabled when the first pause began.
+    """
+    global _gc_depth, _gc_resume
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_resume:
+                gc.enable()
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_until_error(
+    func: Callable[[T], R], items: Sequence[T]
+) -> tuple[list[R], int | None, Exception | None]:
+    """`[func(x) for x in items]` at C speed; on an exception, the results before it,
+    the index of the failing item and the exception."""
+    try:
+        return list(map(func, items)), None, None
+    except Exception:
+        pass
+    out: list[R] = []
+    append = out.append
+    for i, item in enumerate(items):
+        try:
+            append(func(item))
+        except Exception as exc:
+            return out, i, exc
+    return out, None, None  # func failed only the first time; its results now stand
+
+
+def frame_offsets(lengths: Iterable[int], base: int) -> list[int]:
+    """Offsets of consecutive frames of the given lengths starting at `base` (one more than lengths)."""
+    return list(accumulate(lengths, initial=base))
+
+
+def build_envelopes(journal: str, offsets: list[int], messages: Iterable[Any]) -> list[Envelope]:
+    """Envelopes of messages whose frames start at offsets[i] and end at offsets[i + 1]."""
+    return list(map(Envelope, repeat(journal), offsets, islice(offsets, 1, None), messages))
+
+
+# --- stream decoding ---------------------------------------------------------------------
+
+ErrorHandler = Callable[[FrameDecodeError], None]
+
+
+def decode_stream(
+    framing: Framing,
+    chunks: Iterable[Buffer],
+    *,
+    journal: str,
+    offset: int = 0,
+    new_message: Callable[[Any], Any] | None = None,
+    on_error: ErrorHandler | None = None,
+) -> Iterator[Envelope]:
+    """Envelopes of the frames in consecutive chunks of a journal starting at `offset`.
+
+    Partial frames are carried over to the next chunk; the end of `chunks` is the
+    end of the data (a partial frame left then raises TruncatedFrame). On bad bytes,
+    the envelopes before them are yielded, then the error is raised, or, when
+    `on_error` is given, passed to it and decoding resumes after the bad bytes
+    (`on_error` may raise to stop instead).
+    """
+    pending = bytearray()
+    base = offset
+
+    def drain(final: bool) -> Iterator[Envelope]:
+        nonlocal base
+        while True:
+            try:
+                result = framing.decode(
+                    pending, journal=journal, base=base, final=final, new_message=new_message
+                )
+            except FrameDecodeError as exc:
+                yield from exc.envelopes
+                exc.envelopes = []  # delivered: don't keep them alive with the error
+                if on_error is None or exc.end is None:
+                    raise
+                on_error(exc)
+                del pending[: exc.end - base]
+                base = exc.end
+                continue
+            del pending[: result.consumed]
+            base = result.next_offset
+            yield from result.envelopes
+            return
+
+    for chunk in chunks:
+        if chunk:
+            pending += chunk
+            yield from drain(False)
+    yield from drain(True)

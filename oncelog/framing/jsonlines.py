@@ -1,0 +1,153 @@
+"""JSON lines framing (`application/x-ndjson`): one JSON object per `\\n`-terminated line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import repeat
+from typing import Any, BinaryIO
+
+import orjson
+
+from oncelog.framing.base import (
+    CONTENT_TYPE_JSON_LINES,
+    Buffer,
+    DecodeResult,
+    EncodeError,
+    MalformedFrame,
+    TruncatedFrame,
+    build_envelopes,
+    frame_offsets,
+    gc_paused,
+    map_until_error,
+    snippet,
+)
+from oncelog.message import JSONMessage
+
+__all__ = ["JSONFraming", "unpack_line"]
+
+_loads = orjson.loads
+_dumps = orjson.dumps
+_APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
+
+
+def unpack_line(reader: BinaryIO) -> bytes:
+    """The next line of `reader` including its `\\n`; `b""` at a clean end of data.
+
+    A final line with no `\\n` raises TruncatedFrame holding the partial line.
+    """
+    line = reader.readline()
+    if not line or line[-1:] == b"\n":
+        return bytes(line)
+    raise TruncatedFrame(
+        f"data ends inside a line of {len(line)} bytes with no newline: {snippet(line)}",
+        what="truncated line",
+        data=line,
+    )
+
+
+class JSONFraming:
+    """JSON documents, one object per line, written by orjson.
+
+    Decoding yields `JSONMessage(doc, uuid_field)` unless a `new_message(doc)`
+    factory is given (to the framing or to one `decode` call). UUIDs are not
+    parsed while decoding: Envelopes parse them on first use.
+    """
+
+    content_type = CONTENT_TYPE_JSON_LINES
+
+    def __init__(
+        self,
+        uuid_field: str = "uuid",
+        new_message: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
+        self.uuid_field = uuid_field
+        self.new_message = new_message
+
+    def __repr__(self) -> str:
+        return f"JSONFraming(uuid_field={self.uuid_field!r})"
+
+    def marshal(self, msg: JSONMessage | dict[str, Any]) -> bytes:
+        """One line: the compact JSON of a JSONMessage's document (or of a dict) and `\\n`."""
+        if isinstance(msg, JSONMessage):
+            doc = msg.doc
+        elif isinstance(msg, dict):
+            doc = msg
+        else:
+            raise TypeError(
+                f"JSON framing marshals a JSONMessage or a dict, not {type(msg).__name__}"
+            )
+        if not isinstance(doc, dict):
+            raise EncodeError(f"a JSON frame must be an object, not {type(doc).__name__}")
+        try:
+            line = _dumps(doc, option=_APPEND_NEWLINE)
+        except orjson.JSONEncodeError as exc:
+            raise EncodeError(f"cannot encode document as JSON: {exc}") from exc
+        if line.find(b"\n") != len(line) - 1:  # only an orjson.Fragment can smuggle one in
+            raise EncodeError(f"JSON encoding contains a raw newline: {snippet(line)}")
+        return line
+
+    def decode(
+        self,
+        buf: Buffer,
+        *,
+        journal: str,
+        base: int = 0,
+        final: bool = False,
+        new_message: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> DecodeResult:
+        """Decode every complete line of `buf` (see `Framing.decode`)."""
+        data = bytes(buf) if isinstance(buf, memoryview) else buf
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            lines = data.split(b"\n")
+            tail = lines.pop()
+        else:
+            lines, tail = [], data
+        factory = new_message or self.new_message
+
+        with gc_paused():
+            docs, limit, cause = map_until_error(_loads, lines)
+            what, reason = "malformed JSON frame", str(cause)
+            if not all(map(isinstance, docs, repeat(dict))):
+                limit = next(i for i, d in enumerate(docs) if not isinstance(d, dict))
+                reason = f"a JSON frame must be an object, not {type(docs[limit]).__name__}"
+                cause = None
+                del docs[limit:]
+            if factory is None:
+                uuid_field = self.uuid_field
+                if uuid_field == "uuid":
+                    messages: Any = map(JSONMessage, docs)
+                else:
+                    messages = map(JSONMessage, docs, repeat(uuid_field))
+            else:
+                messages, bad, error = map_until_error(factory, docs)
+                if bad is not None:
+                    limit, cause = bad, error
+                    what = "JSON frame rejected by new_message"
+                    reason = f"{type(error).__name__}: {error}"
+            offsets = frame_offsets(map((1).__add__, map(len, lines)), base)
+            envelopes = build_envelopes(journal, offsets, messages)
+
+        if limit is not None:
+            bad_line = bytes(lines[limit]) + b"\n"
+            raise MalformedFrame(
+                f"{reason}: {snippet(bad_line)}",
+                what=what,
+                journal=journal,
+                begin=offsets[limit],
+                end=offsets[limit + 1],
+                data=bad_line,
+                envelopes=envelopes,
+            ) from cause
+        if final and tail:
+            raise TruncatedFrame(
+                f"data ends inside a JSON line of {len(tail)} bytes with no newline: "
+                f"{snippet(tail)}",
+                what="truncated JSON frame",
+                journal=journal,
+                begin=base + cut,
+                end=base + len(data),
+                data=tail,
+                envelopes=envelopes,
+            )
+        return DecodeResult(envelopes, cut, base + cut)

@@ -1,0 +1,407 @@
+"""Appending: spool appends in memory, write them as one fragment per flush, claim it.
+
+One Appender serves every thread of a process appending to a journal. An AsyncAppend holds
+the appender's write lock from `start_append` to `release`, so its bytes are contiguous and
+land in one fragment. Released appends accumulate in the open batch while the previous batch
+is being written (group commit); a batch is sealed when it reaches FragmentSpec.length, when
+the writer is free (flush_interval 0), after flush_interval, or when someone waits for it.
+
+Writing a batch: SHA1 and compress its bytes, store the fragment under its content name at
+the known head, then create the claim of that offset only if absent. A lost claim means
+another writer appended first: read its claim, move to the new head, store the same bytes
+under the new name, try again, and remove the object that lost.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Callable
+
+from oncelog.journal.errors import (
+    AppendFailed,
+    JournalError,
+)
+from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
+from oncelog.journal.index import JournalIndex
+from oncelog.journal.spec import FragmentSpec
+from oncelog.journal.store import Claim, FragmentStore
+
+__all__ = ["AppendResult", "AsyncAppend", "Appender"]
+
+_IDLE_EXIT = 5.0  # seconds an idle writer thread lingers before exiting
+_MIN_PENDING_LIMIT = 16 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed: journal bytes [begin, end)."""
+
+    begin: int
+    end: int
+    journal: str = ""
+
+
+class _Batch:
+    """Bytes of the appends that will share one fragment."""
+
+    __slots__ = ("buf", "appends", "created", "event", "base", "error", "sealed")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.appends = 0
+        self.created = 0.0
+        self.event = threading.Event()
+        self.base = 0
+        self.error: BaseException | None = None
+        self.sealed = False
+
+
+_OPEN, _RELEASED, _ABORTED = 0, 1, 2
+
+
+class AsyncAppend:
+    """One append in progress: `write` bytes, then `release` (or `abort`), then wait on
+    `result`. Between `start_append` and `release` it holds the journal's write lock, so keep
+    that span short and release from the thread that started it."""
+
+    __slots__ = ("_appender", "_batch", "_begin", "_end", "_state")
+
+    def __init__(self, appender: Appender, batch: _Batch, begin: int) -> None:
+        self._appender = appender
+        self._batch = batch
+        self._begin = begin
+        self._end = begin
+        self._state = _OPEN
+
+    @property
+    def journal(self) -> str:
+        return self._appender.journal
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Add bytes to this append; returns their count."""
+        if self._state != _OPEN:
+            raise JournalError(f"write to an append of journal {self.journal!r} already released")
+        self._batch.buf += data
+        return len(data)
+
+    def release(self) -> None:
+        """Finish writing: the append is queued for its fragment and the lock is let go."""
+        if self._state != _OPEN:
+            raise JournalError(f"append to journal {self.journal!r} released twice")
+        self._appender._release(self)
+
+    def abort(self) -> None:
+        """Drop the bytes written so far and let the lock go; `result()` then raises."""
+        if self._state != _OPEN:
+            raise JournalError(f"append to journal {self.journal!r} already released")
+        self._appender._abort(self)
+
+    def done(self) -> bool:
+        """Whether the append is durable (or failed)."""
+        return self._state != _OPEN and (self._state == _ABORTED or self._batch.event.is_set())
+
+    def result(self, timeout: float | None = None) -> AppendResult:
+        """Wait until the append is durable and return where it landed.
+
+        Raises TimeoutError after `timeout` seconds and AppendFailed if it could not be written.
+        """
+        if self._state == _OPEN:
+            raise JournalError(
+                f"result() of an append to journal {self.journal!r} before release()"
+            )
+        if self._state == _ABORTED:
+            raise AppendFailed(f"the append to journal {self.journal!r} was aborted")
+        batch = self._batch
+        if not batch.event.is_set():
+            self._appender._request_flush()
+            if not batch.event.wait(timeout):
+                raise TimeoutError(
+                    f"append to journal {self.journal!r} not durable after {timeout} s"
+                )
+        if batch.error is not None:
+            raise batch.error
+        return AppendResult(batch.base + self._begin, batch.base + self._end, self.journal)
+
+    def __enter__(self) -> AsyncAppend:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state == _OPEN:
+            if exc_type is None:
+                self.release()
+            else:
+                self.abort()
+
+
+class Appender:
+    """The appender of one journal in one process (shared by all its threads)."""
+
+    def __init__(
+        self,
+        store: FragmentStore,
+        index: JournalIndex,
+        fragment_spec: FragmentSpec,
+        retry_timeout: float = 30.0,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.index = index
+        self.journal = index.journal
+        self._length = fragment_spec.length
+        self._interval = fragment_spec.flush_interval
+        self._codec: Codec = fragment_spec.codec
+        self._limit = max(2 * self._length, _MIN_PENDING_LIMIT)
+        self._retry_timeout = retry_timeout
+        self._on_error = on_error
+
+        self._write_lock = threading.Lock()  # held by an AsyncAppend from start to release
+        self._state = threading.Condition(threading.Lock())  # guards everything below
+        self._open = _Batch()
+        self._sealed: collections.deque[_Batch] = collections.deque()
+        self._sealed_bytes = 0
+        self._inflight: _Batch | None = None
+        self._flush_requested = False
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.fragments_written = 0
+        self.races_lost = 0
+
+    # -- the AsyncAppend side ----------------------------------------------------------------
+
+    def start_append(self) -> AsyncAppend:
+        """Take the write lock and begin an append (blocks while another is in progress or
+        while too many bytes wait to be written)."""
+        while True:
+            self._write_lock.acquire()
+            if self._closed:
+                self._write_lock.release()
+                raise JournalError(f"the appender of journal {self.journal!r} is closed")
+            batch = self._open
+            size = len(batch.buf)
+            if size < self._length and self._sealed_bytes + size < self._limit:
+                return AsyncAppend(self, batch, size)
+            with self._state:
+                if batch.appends:
+                    self._seal_locked()
+                if self._sealed_bytes < self._limit:
+                    return AsyncAppend(self, self._open, 0)
+            # Too many bytes wait to be written: let the writer catch up (without the lock).
+            self._write_lock.release()
+            with self._state:
+                self._state.wait_for(lambda: self._sealed_bytes < self._limit or self._closed)
+
+    def _release(self, aa: AsyncAppend) -> None:
+        batch = aa._batch
+        aa._end = len(batch.buf)
+        aa._state = _RELEASED
+        if not batch.appends:
+            batch.created = time.monotonic()
+        batch.appends += 1
+        first = batch.appends == 1
+        self._write_lock.release()
+        if first:
+            with self._state:
+                self._wake_locked()
+
+    def _abort(self, aa: AsyncAppend) -> None:
+        del aa._batch.buf[aa._begin :]
+        aa._state = _ABORTED
+        self._write_lock.release()
+
+    def _request_flush(self) -> None:
+        with self._state:
+            self._flush_requested = True
+            self._wake_locked()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Write everything released so far and wait until it is durable; raises the error
+        of a failed batch."""
+        with self._write_lock, self._state:
+            if self._open.appends:
+                self._seal_locked()
+            last = self._sealed[-1] if self._sealed else self._inflight
+            self._wake_locked()
+        if last is not None:
+            if not last.event.wait(timeout):
+                raise TimeoutError(f"flush of journal {self.journal!r} timed out")
+            if last.error is not None:
+                raise last.error
+
+    def close(self) -> None:
+        """Flush, then stop the writer thread."""
+        try:
+            self.flush()
+        finally:
+            with self._state:
+                self._closed = True
+                self._state.notify_all()
+                thread = self._thread
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+
+    # -- the writer side ------------------------------------------------------------------------
+
+    def _seal_locked(self) -> None:
+        """Move the open batch to the write queue (caller holds both locks)."""
+        batch = self._open
+        batch.sealed = True
+        self._sealed.append(batch)
+        self._sealed_bytes += len(batch.buf)
+        self._open = _Batch()
+        self._wake_locked()
+
+    def _wake_locked(self) -> None:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(
+                target=self._run, name=f"oncelog-append:{self.journal}", daemon=True
+            )
+            self._thread.start()
+        self._state.notify_all()
+
+    def _due_locked(self) -> bool:
+        batch = self._open
+        if not batch.appends:
+            return False
+        return (
+            self._interval <= 0
+            or self._flush_requested
+            or self._closed
+            or len(batch.buf) >= self._length
+            or time.monotonic() >= batch.created + self._interval
+        )
+
+    def _run(self) -> None:
+        while True:
+            with self._state:
+                idle_since = time.monotonic()
+                while not self._sealed and not self._due_locked():
+                    if self._closed:
+                        self._thread = None
+                        return
+                    if self._open.appends:
+                        timeout = max(0.0, self._open.created + self._interval - time.monotonic())
+                    else:
+                        timeout = _IDLE_EXIT - (time.monotonic() - idle_since)
+                        if timeout <= 0:
+                            self._thread = None
+                            return
+                    self._state.wait(timeout)
+                need_seal = not self._sealed
+            if need_seal:
+                # An AsyncAppend in progress holds the write lock; wait briefly and re-check, so
+                # batches sealed meanwhile by others are written without waiting for it.
+                if not self._write_lock.acquire(timeout=0.05):
+                    continue
+                try:
+                    with self._state:
+                        if not self._sealed and self._open.appends:
+                            self._seal_locked()
+                        self._flush_requested = False
+                        if not self._sealed:
+                            continue
+                finally:
+                    self._write_lock.release()
+            with self._state:
+                batch = self._sealed.popleft()
+                self._inflight = batch
+            try:
+                self._write(batch)
+            except BaseException as exc:  # noqa: BLE001 - every failure must reach the callers
+                self._fail(batch, exc)
+            finally:
+                with self._state:
+                    self._sealed_bytes -= len(batch.buf)
+                    self._inflight = None
+                    self._state.notify_all()
+
+    def _fail(self, batch: _Batch, exc: BaseException) -> None:
+        if isinstance(exc, AppendFailed):
+            error = exc
+        else:
+            error = AppendFailed(
+                f"append of {len(batch.buf)} bytes to journal {self.journal!r} failed: {exc!r}"
+            )
+            error.__cause__ = exc
+        # Later batches fail too, so a failed append is never followed by a durable one.
+        with self._state:
+            failed = [batch, *self._sealed]
+            self._sealed.clear()
+            for b in failed[1:]:
+                self._sealed_bytes -= len(b.buf)
+        for b in failed:
+            b.error = error
+            b.event.set()
+        if self._on_error is not None:
+            self._on_error(error)
+
+    def _write(self, batch: _Batch) -> None:
+        data = batch.buf
+        size = len(data)
+        if size == 0:
+            batch.base = self._retry(self.index.ensure_loaded, "load the index")
+            batch.event.set()
+            return
+        digest = content_sum(data)
+        stored = encode(self._codec, data)
+        self._retry(self.index.ensure_loaded, "load the index")
+        while True:
+            begin = self.index.head
+            fragment = Fragment(self.journal, begin, begin + size, digest, self._codec)
+            self._retry(lambda: self.store.write_fragment(fragment, stored), f"write {fragment}")
+            claim = Claim(begin, fragment.content_name, uuid.uuid4().hex)
+            if self._retry(lambda: self._try_claim(claim), f"claim offset {begin}"):
+                self.index.add(claim, fragment)
+                self.fragments_written += 1
+                batch.base = begin
+                batch.event.set()
+                return
+            self.races_lost += 1
+            # Another writer claimed `begin` first: learn the new head, rename and retry.
+            self._retry(self.index.refresh, "refresh the index")
+            winner = self.index.claim(begin)
+            if winner is None or winner.fragment != fragment.content_name:
+                try:
+                    self.store.delete_fragments([fragment])
+                except Exception:  # noqa: BLE001 - an unclaimed object is harmless; gc removes it
+                    pass
+
+    def _try_claim(self, claim: Claim) -> bool:
+        """Create the claim; after a 'lost' answer, check whether an earlier attempt of ours
+        (whose reply was lost) made it: the claim then carries our writer token."""
+        if self.store.create_claim(self.journal, claim):
+            return True
+        existing = self.store.read_claim(self.journal, claim.begin)
+        if existing is not None and existing.writer == claim.writer:
+            return True
+        if existing is not None:
+            self.index.add(existing, existing.parse_fragment(self.journal))
+        return False
+
+    def _retry(self, op: Callable[[], object], what: str):  # type: ignore[no-untyped-def]
+        """Run a storage call, retrying transient failures with backoff until retry_timeout."""
+        deadline = time.monotonic() + self._retry_timeout
+        delay = 0.01
+        while True:
+            try:
+                return op()
+            except (JournalError, FileNotFoundError, PermissionError, ValueError, TypeError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - network and I/O errors are retried
+                if time.monotonic() + delay > deadline:
+                    raise AppendFailed(
+                        f"journal {self.journal!r}: could not {what} within "
+                        f"{self._retry_timeout} s; the append's outcome is unknown: {exc!r}"
+                    ) from exc
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 1.0)

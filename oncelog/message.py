@@ -1,0 +1,440 @@
+"""Message identity: v1 UUIDs whose clock and flags encode transactions (Gazette's layout).
+
+A message UUID is an RFC 4122 version-1 UUID. Its 60-bit timestamp and 4-bit
+sequence counter together form a 64-bit *Clock*; 10 bits of the clock-sequence
+field carry *Flags* (outside a transaction, continue a transaction, acknowledge);
+the 6-byte node field is the *ProducerID*. See DESIGN.md §2 for the bit layout.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+import uuid6
+
+__all__ = [
+    "Flags",
+    "FLAGS_MASK",
+    "PRODUCER_ID_LEN",
+    "UNIX_EPOCH_OFFSET",
+    "NIL_UUID",
+    "Clock",
+    "new_producer_id",
+    "check_producer_id",
+    "build_uuid",
+    "get_clock",
+    "get_flags",
+    "get_producer_id",
+    "uuid_fields",
+    "parse_uuid_fields",
+    "clock_from_unix_ns",
+    "clock_to_unix_ns",
+    "time_sortable_key",
+    "Message",
+    "Envelope",
+    "JSONMessage",
+    "CSVRecord",
+    "ProtoMessage",
+]
+
+FLAGS_MASK = 0x3FF
+"""Only the low 10 bits of the clock-sequence field carry flags."""
+
+PRODUCER_ID_LEN = 6
+
+UNIX_EPOCH_OFFSET = 122192928000000000
+"""100 ns intervals between the RFC 4122 epoch (1582-10-15) and the Unix epoch."""
+
+NIL_UUID = uuid.UUID(int=0)
+
+_MASK64 = (1 << 64) - 1
+_MASK60 = (1 << 60) - 1
+
+
+class Flags(enum.IntEnum):
+    """Transaction flags carried in a message UUID."""
+
+    OUTSIDE_TXN = 0
+    """A message committed on its own: delivered as soon as it is read."""
+    CONTINUE_TXN = 1
+    """Part of a transaction: delivered only when a later ACK_TXN commits it."""
+    ACK_TXN = 2
+    """Acknowledges (commits) the producer's pending messages up to its clock."""
+
+
+def _flags_value(value: int) -> Flags | int:
+    try:
+        return Flags(value)
+    except ValueError:
+        return value
+
+
+_FLAG_VALUES: tuple[Flags | int, ...] = tuple(_flags_value(v) for v in range(FLAGS_MASK + 1))
+
+
+def clock_from_unix_ns(ns: int) -> int:
+    """The Clock of a Unix time in nanoseconds (sequence counter zero)."""
+    return ((ns // 100 + UNIX_EPOCH_OFFSET) & _MASK60) << 4
+
+
+def clock_to_unix_ns(clock: int) -> int:
+    """The Unix time in nanoseconds of a Clock (its sequence counter is dropped)."""
+    return ((clock >> 4) - UNIX_EPOCH_OFFSET) * 100
+
+
+class Clock:
+    """A thread-safe, monotonic 64-bit message clock.
+
+    The upper 60 bits are an RFC 4122 timestamp, the low 4 bits a sequence
+    counter so that up to 16 messages share one 100 ns tick.
+    """
+
+    __slots__ = ("_value", "_lock")
+
+    def __init__(self, value: int = 0) -> None:
+        if not 0 <= value <= _MASK64:
+            raise ValueError(f"clock value {value} is outside the unsigned 64-bit range")
+        self._value = value
+        self._lock = threading.Lock()
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def tick(self) -> int:
+        """Add one and return the new value."""
+        with self._lock:
+            self._value = (self._value + 1) & _MASK64
+            return self._value
+
+    def update(self, unix_ns: int | None = None) -> int:
+        """Move to the clock of `unix_ns` (default: now) if that is larger; never decrease."""
+        target = clock_from_unix_ns(time.time_ns() if unix_ns is None else unix_ns)
+        with self._lock:
+            if target > self._value:
+                self._value = target
+            return self._value
+
+    def __repr__(self) -> str:
+        return f"Clock({self._value:#x})"
+
+
+def check_producer_id(producer: bytes) -> bytes:
+    """Return `producer` as bytes, or raise ValueError if it is not exactly 6 bytes."""
+    if not isinstance(producer, (bytes, bytearray, memoryview)):
+        raise TypeError(f"producer ID must be bytes, not {type(producer).__name__}")
+    producer = bytes(producer)
+    if len(producer) != PRODUCER_ID_LEN:
+        raise ValueError(
+            f"producer ID must be {PRODUCER_ID_LEN} bytes, got {len(producer)}: {producer.hex()}"
+        )
+    return producer
+
+
+def new_producer_id() -> bytes:
+    """Six cryptographically random bytes with the multicast bit set (as RFC 4122 asks)."""
+    b = bytearray(os.urandom(PRODUCER_ID_LEN))
+    b[0] |= 0x01
+    return bytes(b)
+
+
+def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
+    """Compose a v1 UUID from a producer ID, Clock and Flags (bit-exact with Gazette)."""
+    producer = check_producer_id(producer)
+    flags = int(flags)
+    if not 0 <= flags <= FLAGS_MASK:
+        raise ValueError(f"flags {flags:#x} do not fit in 10 bits (maximum {FLAGS_MASK:#x})")
+    if not 0 <= clock <= _MASK64:
+        raise ValueError(f"clock {clock} is outside the unsigned 64-bit range")
+    ts = clock >> 4
+    time_low = ts & 0xFFFFFFFF
+    time_mid = (ts >> 32) & 0xFFFF
+    time_hi = ((ts >> 48) & 0x0FFF) | 0x1000
+    seq = ((clock << 10) & 0x3C00) | flags | 0x8000
+    value = (
+        (time_low << 96)
+        | (time_mid << 80)
+        | (time_hi << 64)
+        | (seq << 48)
+        | int.from_bytes(producer, "big")
+    )
+    return uuid.UUID(int=value)
+
+
+def _clock_of_int(v: int) -> int:
+    time_low = v >> 96
+    time_mid = (v >> 80) & 0xFFFF
+    time_hi = (v >> 64) & 0x0FFF  # mask the version nibble
+    seq = (v >> 58) & 0xF
+    return (((time_hi << 48) | (time_mid << 32) | time_low) << 4) | seq
+
+
+def get_clock(u: uuid.UUID) -> int:
+    """The 64-bit Clock of a message UUID."""
+    return _clock_of_int(u.int)
+
+
+def get_flags(u: uuid.UUID) -> Flags | int:
+    """The 10 flag bits of a message UUID (a `Flags` member where one matches)."""
+    return _FLAG_VALUES[(u.int >> 48) & FLAGS_MASK]
+
+
+def get_producer_id(u: uuid.UUID) -> bytes:
+    """The 6-byte producer ID (node field) of a message UUID."""
+    return (u.int & 0xFFFFFFFFFFFF).to_bytes(PRODUCER_ID_LEN, "big")
+
+
+def uuid_fields(u: uuid.UUID) -> tuple[bytes, int, Flags | int]:
+    """(producer, clock, flags) of a message UUID in one pass."""
+    v = u.int
+    return (
+        (v & 0xFFFFFFFFFFFF).to_bytes(PRODUCER_ID_LEN, "big"),
+        _clock_of_int(v),
+        _FLAG_VALUES[(v >> 48) & FLAGS_MASK],
+    )
+
+
+def parse_uuid_fields(text: str) -> tuple[bytes, int, Flags | int]:
+    """(producer, clock, flags) straight from a canonical 36-character UUID string.
+
+    Skips building a `uuid.UUID`; the hot path of JSON and CSV decoding.
+    Raises ValueError naming the text if it is not a canonical UUID.
+    """
+    if len(text) != 36 or text[8] != "-" or text[13] != "-" or text[18] != "-" or text[23] != "-":
+        raise ValueError(f"not a canonical UUID string: {text!r}")
+    try:
+        time_low = int(text[0:8], 16)
+        time_mid = int(text[9:13], 16)
+        time_hi = int(text[14:18], 16) & 0x0FFF
+        seq = int(text[19:23], 16)
+        producer = bytes.fromhex(text[24:36])
+    except ValueError:
+        raise ValueError(f"not a canonical UUID string: {text!r}") from None
+    clock = (((time_hi << 48) | (time_mid << 32) | time_low) << 4) | ((seq >> 10) & 0xF)
+    return producer, clock, _FLAG_VALUES[seq & FLAGS_MASK]
+
+
+def time_sortable_key(u: uuid.UUID) -> str:
+    """A key whose string order is the message's clock order (a v6 UUID, via `uuid6`).
+
+    Sorts by timestamp, then sequence counter, then flags and producer: a total
+    order of messages consistent with each producer's clock.
+    """
+    return str(uuid6.uuid1_to_uuid6(u))
+
+
+@runtime_checkable
+class Message(Protocol):
+    """What oncelog needs of a message: a UUID it can read and set, and an ACK factory."""
+
+    def get_uuid(self) -> uuid.UUID: ...
+
+    def set_uuid(self, u: uuid.UUID) -> None: ...
+
+    def new_acknowledgement(self, journal: str) -> "Message": ...
+
+
+
+@dataclass(slots=True)
+class Envelope:
+    """A message and its byte range `[begin, end)` in a journal.
+
+    `uuid`, `producer`, `clock` and `flags` are parsed from the message's UUID
+    once, on first use.
+    """
+
+    journal: str
+    begin: int
+    end: int
+    message: Any
+    _ids: tuple[bytes, int, Flags | int] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def _parse(self) -> tuple[bytes, int, Flags | int]:
+        ids = self._ids
+        if ids is None:
+            fast = getattr(self.message, "uuid_fields", None)
+            ids = fast() if fast is not None else uuid_fields(self.message.get_uuid())
+            self._ids = ids
+        return ids
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return self.message.get_uuid()
+
+    @property
+    def producer(self) -> bytes:
+        return self._parse()[0]
+
+    @property
+    def clock(self) -> int:
+        return self._parse()[1]
+
+    @property
+    def flags(self) -> Flags | int:
+        return self._parse()[2]
+
+    @property
+    def ids(self) -> tuple[bytes, int, Flags | int]:
+        """(producer, clock, flags) in one access: the sequencer's hot path."""
+        return self._parse()
+
+
+def _uuid_from_field(value: Any, where: str) -> uuid.UUID:
+    if value is None or value == "":
+        return NIL_UUID
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        if len(value) != 16:
+            raise ValueError(f"{where}: a UUID in bytes must be 16 long, got {len(value)}")
+        return uuid.UUID(bytes=bytes(value))
+    try:
+        return uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{where}: not a UUID: {value!r}") from None
+
+
+_NIL_FIELDS: tuple[bytes, int, Flags | int] = (bytes(6), 0, Flags.OUTSIDE_TXN)
+
+
+class JSONMessage:
+    """A JSON document (a dict) carrying its UUID as a string at `uuid_field`."""
+
+    __slots__ = ("doc", "uuid_field")
+
+    def __init__(self, doc: dict[str, Any] | None = None, uuid_field: str = "uuid") -> None:
+        self.doc = {} if doc is None else doc
+        self.uuid_field = uuid_field
+
+    def get_uuid(self) -> uuid.UUID:
+        return _uuid_from_field(self.doc.get(self.uuid_field), f"JSON field {self.uuid_field!r}")
+
+    def uuid_fields(self) -> tuple[bytes, int, Flags | int]:
+        value = self.doc.get(self.uuid_field)
+        if value is None or value == "":
+            return _NIL_FIELDS
+        if isinstance(value, str):
+            try:
+                return parse_uuid_fields(value)
+            except ValueError:
+                pass  # non-canonical but maybe valid: let uuid.UUID decide
+        return uuid_fields(self.get_uuid())
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        self.doc[self.uuid_field] = str(u)
+
+    def new_acknowledgement(self, journal: str) -> "JSONMessage":
+        return JSONMessage({}, self.uuid_field)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, JSONMessage)
+            and self.doc == other.doc
+            and self.uuid_field == other.uuid_field
+        )
+
+    def __repr__(self) -> str:
+        return f"JSONMessage({self.doc!r})"
+
+
+class CSVRecord:
+    """A CSV record (a list of strings) whose first field is the message UUID."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: list[str] | None = None) -> None:
+        self.fields = [""] if not fields else list(fields)
+
+    def get_uuid(self) -> uuid.UUID:
+        return _uuid_from_field(self.fields[0] if self.fields else None, "CSV field 0")
+
+    def uuid_fields(self) -> tuple[bytes, int, Flags | int]:
+        value = self.fields[0] if self.fields else ""
+        if not value:
+            return _NIL_FIELDS
+        try:
+            return parse_uuid_fields(value)
+        except ValueError:
+            return uuid_fields(self.get_uuid())
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        if self.fields:
+            self.fields[0] = str(u)
+        else:
+            self.fields = [str(u)]
+
+    def new_acknowledgement(self, journal: str) -> "CSVRecord":
+        return CSVRecord([""])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CSVRecord) and self.fields == other.fields
+
+    def __repr__(self) -> str:
+        return f"CSVRecord({self.fields!r})"
+
+
+class ProtoMessage:
+    """Adapts a protobuf message with a UUID field (string, or 16 bytes) to `Message`.
+
+    `ProtoMessage.factory(MyProto)` gives the `new_message` callable that framings
+    use to decode fixed-framed payloads into `MyProto` instances.
+    """
+
+    __slots__ = ("proto", "uuid_field")
+
+    def __init__(self, proto: Any, uuid_field: str = "uuid") -> None:
+        descriptor = proto.DESCRIPTOR
+        fd = descriptor.fields_by_name.get(uuid_field)
+        if fd is None:
+            raise ValueError(
+                f"protobuf message {descriptor.full_name} has no field {uuid_field!r} for the UUID"
+            )
+        self.proto = proto
+        self.uuid_field = uuid_field
+
+    @classmethod
+    def factory(cls, proto_class: type, uuid_field: str = "uuid") -> Callable[[bytes], "ProtoMessage"]:
+        """A callable that parses a payload into `proto_class` and wraps it."""
+
+        def new_message(payload: bytes) -> ProtoMessage:
+            proto = proto_class()
+            proto.ParseFromString(payload)
+            return cls(proto, uuid_field)
+
+        return new_message
+
+    def _is_bytes_field(self) -> bool:
+        fd = self.proto.DESCRIPTOR.fields_by_name[self.uuid_field]
+        return fd.type == fd.TYPE_BYTES
+
+    def get_uuid(self) -> uuid.UUID:
+        return _uuid_from_field(
+            getattr(self.proto, self.uuid_field),
+            f"protobuf field {self.proto.DESCRIPTOR.full_name}.{self.uuid_field}",
+        )
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        setattr(self.proto, self.uuid_field, u.bytes if self._is_bytes_field() else str(u))
+
+    def new_acknowledgement(self, journal: str) -> "ProtoMessage":
+        return ProtoMessage(type(self.proto)(), self.uuid_field)
+
+    def validate(self) -> None:
+        """Protobuf messages validate by having all required fields set (proto2)."""
+        if not self.proto.IsInitialized():
+            missing = ", ".join(self.proto.FindInitializationErrors())
+            raise ValueError(f"protobuf message is missing required fields: {missing}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProtoMessage) and self.proto == other.proto
+
+    def __repr__(self) -> str:
+        return f"ProtoMessage({type(self.proto).__name__})"

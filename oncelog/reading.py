@@ -1,0 +1,336 @@
+"""Reading messages from journals: read-uncommitted and read-committed iterators.
+
+`read_uncommitted` yields every framed message of a journal with its byte range.
+`read_committed` runs them through a Sequencer, so only committed messages come
+out, each exactly once, with replays of the journal performed when a committed
+transaction left the sequencer's ring.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal
+
+from oncelog.framing import FrameDecodeError, decode_stream, for_content_type
+from oncelog.message import Envelope, Flags, clock_from_unix_ns
+from oncelog.sequencer import ProducerState, Sequencer
+
+if TYPE_CHECKING:
+    from oncelog.journal import JournalClient
+
+__all__ = [
+    "read_uncommitted",
+    "read_committed",
+    "MessageReader",
+    "OnError",
+    "time_filter",
+    "checkpoint_after_dequeued",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK = 1 << 20
+"""Bytes read from a journal per decode: large enough to amortise the per-call cost."""
+
+OnError = Literal["raise", "skip"] | Callable[[FrameDecodeError], None]
+"""What to do with a malformed frame: raise it, skip it (logged), or call a handler
+(which may raise to stop reading)."""
+
+Position = int | Envelope
+"""Where reading starts: a byte offset, -1 for the write head, or an Envelope (just after it)."""
+
+TimeBound = datetime | int
+"""A message time: an aware datetime or Unix nanoseconds."""
+
+
+def _resolve_offset(journal: str, position: Position) -> int:
+    if isinstance(position, Envelope):
+        if position.journal != journal:
+            raise ValueError(
+                f"cannot start reading journal {journal!r} after an envelope of {position.journal!r}"
+            )
+        return position.end
+    if isinstance(position, bool) or not isinstance(position, int) or position < -1:
+        raise ValueError(f"read offset of journal {journal!r} must be an int >= -1, not {position!r}")
+    return position
+
+
+def _error_handler(on_error: OnError) -> Callable[[FrameDecodeError], None] | None:
+    if on_error == "raise":
+        return None
+    if on_error == "skip":
+
+        def skip(exc: FrameDecodeError) -> None:
+            log.warning("skipping bad bytes: %s", exc)
+
+        return skip
+    if callable(on_error):
+        return on_error
+    raise ValueError(f"on_error must be 'raise', 'skip' or a callable, not {on_error!r}")
+
+
+def _chunks(reader: Any, end: int | None, chunk_size: int) -> Iterator[bytes]:
+    while True:
+        size = chunk_size
+        if end is not None:
+            size = min(size, end - reader.offset)
+            if size <= 0:
+                return
+        chunk = reader.read(size)
+        if not chunk:
+            return
+        yield chunk
+
+
+def read_uncommitted(
+    client: "JournalClient",
+    journal: str,
+    offset: Position = 0,
+    *,
+    new_message: Callable[[Any], Any] | None = None,
+    block: bool = False,
+    end: int | None = None,
+    on_error: OnError = "raise",
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Iterator[Envelope]:
+    """Every message of `journal` from `offset` on, committed or not, with its byte range.
+
+    Stops at the write head (or at `end`), or tails new appends with `block=True`
+    until the generator is closed. Bad frames raise a FrameDecodeError naming the
+    journal and offsets, or are skipped with `on_error="skip"`.
+    """
+    start = _resolve_offset(journal, offset)
+    handler = _error_handler(on_error)
+    framing = for_content_type(client.get(journal).content_type)
+    reader = client.read(journal, start, block=block)
+    try:
+        yield from decode_stream(
+            framing,
+            _chunks(reader, end, chunk_size),
+            journal=journal,
+            offset=reader.offset,
+            new_message=new_message,
+            on_error=handler,
+        )
+    finally:
+        reader.close()
+
+
+def _replayer(
+    client: "JournalClient",
+    new_message: Callable[[Any], Any] | None,
+    on_error: OnError,
+) -> Callable[[str, int, int], Iterable[Envelope]]:
+    def replay(journal: str, begin: int, end: int) -> Iterable[Envelope]:
+        return read_uncommitted(
+            client, journal, begin, new_message=new_message, end=end, on_error=on_error
+        )
+
+    return replay
+
+
+def read_committed(
+    client: "JournalClient",
+    journal: str,
+    offset: Position = 0,
+    *,
+    sequencer: Sequencer | None = None,
+    new_message: Callable[[Any], Any] | None = None,
+    block: bool = False,
+    include_acks: bool = False,
+    on_error: OnError = "raise",
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Iterator[Envelope]:
+    """The committed messages of `journal` from `offset` on, each exactly once, in commit order.
+
+    Duplicates and rolled-back transactions are dropped; a transaction whose
+    start has left the sequencer's ring is replayed from the journal. To resume
+    from a checkpoint, pass `sequencer=Sequencer(offsets, states)` and
+    `offset=offsets[journal]`. Acknowledgements themselves are not yielded
+    unless `include_acks=True`.
+    """
+    start = _resolve_offset(journal, offset)
+    if sequencer is None:
+        if start == -1:
+            start = client.head(journal)
+        sequencer = Sequencer(offsets={journal: start})
+    uncommitted = read_uncommitted(
+        client,
+        journal,
+        start,
+        new_message=new_message,
+        block=block,
+        on_error=on_error,
+        chunk_size=chunk_size,
+    )
+    try:
+        committed = sequencer.sequence(uncommitted, _replayer(client, new_message, on_error))
+        if include_acks:
+            yield from committed
+        else:
+            for env in committed:
+                if env.ids[2] != Flags.ACK_TXN:
+                    yield env
+    finally:
+        uncommitted.close()
+
+
+def checkpoint_after_dequeued(
+    sequencer: Sequencer, prune_horizon: Any = 0
+) -> tuple[dict[str, int], list[ProducerState]]:
+    """`sequencer.checkpoint()`, counting the envelope it last yielded as processed.
+
+    A Sequencer tightens its producer state past a dequeued envelope only when it
+    is stepped again; an iterator suspended at a yield has not been. Resuming
+    from a plain checkpoint taken there would deliver that envelope once more.
+    Here its producer's last-ACK clock is raised to the envelope's clock, so a
+    resumed reader skips it (and, within a transaction, replays from it).
+    """
+    offsets, states = sequencer.checkpoint(prune_horizon)
+    env = sequencer.dequeued
+    if env is None:
+        return offsets, states
+    producer, clock, _ = env.ids
+    if clock == 0:
+        return offsets, states  # nil UUIDs are not sequenced: nothing to tighten
+    fixed = []
+    for state in states:
+        if state.journal == env.journal and state.producer == producer and state.last_ack < clock:
+            state = ProducerState(state.journal, state.producer, clock, env.begin)
+        fixed.append(state)
+    return offsets, fixed
+
+
+def _clock_of(bound: TimeBound) -> int:
+    if isinstance(bound, datetime):
+        if bound.tzinfo is None:
+            raise ValueError(f"time bound {bound!r} must be timezone-aware (e.g. UTC)")
+        delta = bound - datetime(1970, 1, 1, tzinfo=timezone.utc)
+        ns = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+        return clock_from_unix_ns(ns)
+    if isinstance(bound, int) and not isinstance(bound, bool):
+        return clock_from_unix_ns(bound)
+    raise TypeError(f"a time bound is an aware datetime or Unix nanoseconds, not {bound!r}")
+
+
+def time_filter(
+    *, since: TimeBound | None = None, after: TimeBound | None = None
+) -> Callable[[Envelope], bool]:
+    """A predicate keeping messages whose UUID time is at least `since` / later than `after`.
+
+    Times compare at the UUID clock's 100 ns resolution. Nil-UUID messages have no
+    time and always pass.
+    """
+    low = 0
+    if since is not None:
+        low = max(low, _clock_of(since))
+    if after is not None:
+        # Strictly later than `after`: its clock tick and every sequence number within it.
+        low = max(low, _clock_of(after) + 16)
+
+    def keep(env: Envelope) -> bool:
+        clock = env.ids[1]
+        return clock == 0 or clock >= low
+
+    return keep
+
+
+class MessageReader:
+    """An iterator over one journal's messages that can be seeked and checkpointed.
+
+    Committed (default) or uncommitted; optional time bounds; `seek()` restarts
+    reading at another position, with fresh sequencing state (or the `states`
+    given).
+    """
+
+    def __init__(
+        self,
+        client: "JournalClient",
+        journal: str,
+        offset: Position = 0,
+        *,
+        committed: bool = True,
+        sequencer: Sequencer | None = None,
+        new_message: Callable[[Any], Any] | None = None,
+        block: bool = False,
+        since: TimeBound | None = None,
+        after: TimeBound | None = None,
+        include_acks: bool = False,
+        on_error: OnError = "raise",
+    ) -> None:
+        self.client = client
+        self.journal = journal
+        self.committed = committed
+        self._options = dict(new_message=new_message, block=block, on_error=on_error)
+        self._include_acks = include_acks
+        self._keep = time_filter(since=since, after=after) if (since or after) else None
+        self.sequencer = sequencer
+        self._gen: Iterator[Envelope] | None = None  # the generator to close
+        self._it: Iterator[Envelope] | None = None  # the same, filtered
+        self._offset = _resolve_offset(journal, offset)
+        self._open(self._offset)
+
+    def _open(self, offset: int) -> None:
+        self.close()
+        if self.committed:
+            if self.sequencer is None:
+                if offset == -1:
+                    offset = self.client.head(self.journal)
+                self.sequencer = Sequencer(offsets={self.journal: offset})
+            it = read_committed(
+                self.client,
+                self.journal,
+                offset,
+                sequencer=self.sequencer,
+                include_acks=self._include_acks,
+                **self._options,  # type: ignore[arg-type]
+            )
+        else:
+            it = read_uncommitted(self.client, self.journal, offset, **self._options)  # type: ignore[arg-type]
+        self._gen = it
+        self._it = it if self._keep is None else filter(self._keep, it)
+
+    def __iter__(self) -> "MessageReader":
+        return self
+
+    def __next__(self) -> Envelope:
+        assert self._it is not None
+        env = next(self._it)
+        self._offset = env.end
+        return env
+
+    @property
+    def offset(self) -> int:
+        """The end offset of the last message yielded (where reading would resume)."""
+        return self._offset
+
+    def seek(self, position: Position, states: list[Any] | None = None) -> None:
+        """Continue reading from `position`; a committed reader starts a new sequencer
+        (from `states`, if given, else knowing no producers)."""
+        self._offset = _resolve_offset(self.journal, position)
+        if self._offset == -1:
+            self._offset = self.client.head(self.journal)
+        if self.committed:
+            self.sequencer = None if states is None else Sequencer(
+                offsets={self.journal: self._offset}, states=states
+            )
+        self._open(self._offset)
+
+    def checkpoint(self, prune_horizon: Any = 0) -> tuple[dict[str, int], list[ProducerState]]:
+        """Offsets and producer states from which a new reader resumes just after the
+        last message this one yielded."""
+        if self.sequencer is None:
+            raise ValueError(f"reader of {self.journal!r} is uncommitted: nothing to checkpoint")
+        return checkpoint_after_dequeued(self.sequencer, prune_horizon)
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()  # type: ignore[attr-defined]
+            self._gen = None
+
+    def __enter__(self) -> "MessageReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

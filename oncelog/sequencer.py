@@ -1,0 +1,744 @@
+"""Read-committed sequencing: Gazette's Sequencer for Python.
+
+A `Sequencer` is fed read-*uncommitted* envelopes in journal order and hands
+back read-*committed* ones: a non-duplicate OUTSIDE_TXN message commits
+itself; an ACK_TXN commits its producer's pending CONTINUE_TXN messages with
+clocks up to its own; duplicates and rolled-back messages are never
+delivered. The semantics are those of Gazette's `message.Sequencer`
+(go.gazette.dev/core), outcome for outcome; docs/sequencing.md explains them.
+
+Memory is bounded: a fixed ring of the most recent envelopes plus one small
+record per (journal, producer). A committed sequence that has left the ring is
+re-read through a replay of `replay_range()`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from oncelog.message import PRODUCER_ID_LEN, Envelope
+
+__all__ = [
+    "QueueOutcome",
+    "ProducerState",
+    "Sequencer",
+    "SequencerError",
+    "ReplayError",
+    "ReplayRequired",
+    "ReplayFunc",
+]
+
+_log = logging.getLogger(__name__)
+
+ReplayFunc = Callable[[str, int, int], Iterable[Envelope]]
+"""`replay(journal, begin, end)`: the read-uncommitted envelopes of `journal` in `[begin, end)`."""
+
+# Flag values (oncelog.message.Flags) as plain ints: compared on every message.
+_OUTSIDE_TXN = 0
+_CONTINUE_TXN = 1
+_ACK_TXN = 2
+
+
+class SequencerError(RuntimeError):
+    """The Sequencer was used out of order (e.g. queued while committed messages remain)."""
+
+
+class ReplayError(SequencerError, ValueError):
+    """A replay yielded an envelope outside `replay_range()` (wrong journal or offsets)."""
+
+
+class ReplayRequired(SequencerError):
+    """`sequence()` met a commit whose messages left the ring, and has no `replay` to read them.
+
+    The sequencer is left exactly as after `queue_uncommitted()` returned
+    ACK_COMMIT_REPLAY: call `start_replay()` with a reader of
+    `(journal, begin, end)`, then `step()` until it returns None.
+    """
+
+    def __init__(self, journal: str, begin: int, end: int) -> None:
+        super().__init__(
+            f"a replay of journal {journal!r} offsets [{begin}, {end}) is needed to deliver a"
+            " committed sequence that left the ring: pass replay= to sequence(), or call"
+            " start_replay() and step()"
+        )
+        self.journal = journal
+        self.begin = begin
+        self.end = end
+
+
+class QueueOutcome(enum.Enum):
+    """What `Sequencer.queue_uncommitted` decided for an envelope (Gazette's QueueOutcome).
+
+    After a *commit* outcome (OUTSIDE_COMMIT, ACK_EMPTY, ACK_COMMIT_RING,
+    ACK_COMMIT_REPLAY) call `step()` until it returns None. A nil-UUID (or
+    zero-clock) message is not sequenced: it is always OUTSIDE_COMMIT.
+    """
+
+    OUTSIDE_ALREADY_ACKED = "outsideAlreadyAcked"
+    """An OUTSIDE_TXN duplicate of an acknowledged message: ignored."""
+    OUTSIDE_COMMIT = "outsideCommit"
+    """An OUTSIDE_TXN message committed on its own (a pending span is rolled back)."""
+    CONTINUE_ALREADY_ACKED = "continueAlreadyAcked"
+    """A CONTINUE_TXN duplicate of an acknowledged message: ignored."""
+    CONTINUE_TXN_CLOCK_LARGER = "continueTxnClockLarger"
+    """A CONTINUE_TXN ignored: the open transaction already holds an equal or larger clock."""
+    CONTINUE_BEGIN_SPAN = "continueBeginSpan"
+    """A CONTINUE_TXN that begins a new transaction of its producer."""
+    CONTINUE_EXTEND_SPAN = "continueExtendSpan"
+    """A CONTINUE_TXN that extends its producer's open transaction."""
+    ACK_ROLLBACK = "ackRollback"
+    """An ACK_TXN at or below the last ACK: the open transaction is discarded."""
+    ACK_EMPTY = "ackEmpty"
+    """An ACK_TXN with no preceding CONTINUE_TXN: only the ACK itself is committed."""
+    ACK_COMMIT_RING = "ackCommitRing"
+    """An ACK_TXN committing a transaction held entirely in the ring."""
+    ACK_COMMIT_REPLAY = "ackCommitReplay"
+    """An ACK_TXN committing a transaction that partly left the ring: replay first."""
+
+    @property
+    def commits(self) -> bool:
+        """True if messages are now ready to `step()` through."""
+        return self in _COMMIT_OUTCOMES
+
+
+_COMMIT_OUTCOMES = frozenset(
+    {
+        QueueOutcome.OUTSIDE_COMMIT,
+        QueueOutcome.ACK_EMPTY,
+        QueueOutcome.ACK_COMMIT_RING,
+        QueueOutcome.ACK_COMMIT_REPLAY,
+    }
+)
+
+
+@dataclass(slots=True, frozen=True)
+class ProducerState:
+    """A producer's sequencing state in one journal, as kept in checkpoints.
+
+    `last_ack` is the clock of its last acknowledged message; `begin` the offset
+    where its pending (uncommitted) transaction starts, or -1 if none.
+    """
+
+    journal: str
+    producer: bytes
+    last_ack: int
+    begin: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.journal, str) or not self.journal:
+            raise ValueError(f"ProducerState.journal must be a journal name, not {self.journal!r}")
+        if not isinstance(self.producer, bytes) or len(self.producer) != PRODUCER_ID_LEN:
+            raise ValueError(
+                f"ProducerState of journal {self.journal!r}: producer must be"
+                f" {PRODUCER_ID_LEN} bytes, not {self.producer!r}"
+            )
+        if not isinstance(self.last_ack, int) or not 0 <= self.last_ack < 1 << 64:
+            raise ValueError(
+                f"ProducerState of journal {self.journal!r} producer {self.producer.hex()}:"
+                f" last_ack must be a 64-bit clock, not {self.last_ack!r}"
+            )
+        if not isinstance(self.begin, int) or self.begin < -1:
+            raise ValueError(
+                f"ProducerState of journal {self.journal!r} producer {self.producer.hex()}:"
+                f" begin must be an offset or -1, not {self.begin!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (producer as hex), for checkpoints."""
+        return {
+            "journal": self.journal,
+            "producer": self.producer.hex(),
+            "last_ack": self.last_ack,
+            "begin": self.begin,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProducerState:
+        """Inverse of `to_dict`; raises ValueError naming what is wrong."""
+        try:
+            return cls(d["journal"], bytes.fromhex(d["producer"]), d["last_ack"], d["begin"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a ProducerState: {d!r} ({exc})") from None
+
+
+class _Partial:
+    """A producer's partial, unacknowledged sequence within one journal.
+
+    Messages with clocks in (min_clock, max_clock] are pending; `begin` is the
+    offset of the first (or -1); ring_start..ring_stop link those still in the ring.
+    """
+
+    __slots__ = ("journal", "producer", "min_clock", "max_clock", "begin", "ring_start", "ring_stop")
+
+    def __init__(self, journal: str, producer: bytes, last_ack: int, begin: int) -> None:
+        self.journal = journal
+        self.producer = producer
+        self.min_clock = last_ack
+        self.max_clock = last_ack
+        self.begin = begin
+        self.ring_start = -1
+        self.ring_stop = -1
+
+    def __repr__(self) -> str:
+        return (
+            f"_Partial({self.journal!r}, {self.producer.hex()}, min={self.min_clock},"
+            f" max={self.max_clock}, begin={self.begin}, ring={self.ring_start}..{self.ring_stop})"
+        )
+
+
+def _horizon_ns(prune_horizon: timedelta | float | int) -> int:
+    if isinstance(prune_horizon, timedelta):
+        ns = (
+            prune_horizon.days * 86_400 + prune_horizon.seconds
+        ) * 1_000_000_000 + prune_horizon.microseconds * 1_000
+    elif isinstance(prune_horizon, (int, float)) and not isinstance(prune_horizon, bool):
+        if prune_horizon != prune_horizon:  # NaN
+            raise ValueError("prune_horizon must be a number of seconds, not NaN")
+        ns = round(prune_horizon * 1_000_000_000)
+    else:
+        raise TypeError(
+            f"prune_horizon must be a timedelta or seconds, not {type(prune_horizon).__name__}"
+        )
+    if ns < 0:
+        raise ValueError(f"prune_horizon must not be negative, got {prune_horizon!r}")
+    return ns
+
+
+class Sequencer:
+    """Turns read-uncommitted envelopes into read-committed ones (Gazette's semantics).
+
+    Per message: `queue_uncommitted(env)`, then, if the outcome commits, `step()`
+    until it returns None. Or hand a batch to `sequence()` / `committed()`.
+    """
+
+    __slots__ = (
+        "_offsets",
+        "_partials",
+        "_pending",
+        "_emit",
+        "_dequeued",
+        "_dequeued_clock",
+        "_replay_it",
+        "_ring",
+        "_next",
+        "_owner",
+        "_head",
+        "_size",
+    )
+
+    def __init__(
+        self,
+        offsets: dict[str, int] | None = None,
+        states: Iterable[ProducerState] | None = None,
+        buffer: int = 1024,
+    ) -> None:
+        if not isinstance(buffer, int):
+            raise TypeError(f"buffer must be an int, not {type(buffer).__name__}")
+        size = max(buffer, 1)
+        self._offsets: dict[str, int] = {}
+        for journal, offset in (offsets or {}).items():
+            if not isinstance(offset, int) or offset < 0:
+                raise ValueError(f"offset of journal {journal!r} must be >= 0, not {offset!r}")
+            self._offsets[journal] = offset
+        # journal -> producer -> partial sequence.
+        self._partials: dict[str, dict[bytes, _Partial]] = {}
+        for state in states or ():
+            if not isinstance(state, ProducerState):
+                raise TypeError(f"states must hold ProducerState, not {type(state).__name__}")
+            self._partials.setdefault(state.journal, {})[state.producer] = _Partial(
+                state.journal, state.producer, state.last_ack, state.begin
+            )
+        # Partial sequences begun since the last checkpoint (see has_pending).
+        self._pending: set[_Partial] = set()
+        self._emit: _Partial | None = None  # the committed sequence being stepped through
+        self._dequeued: Envelope | None = None
+        self._dequeued_clock = 0
+        self._replay_it: Iterator[Envelope] | None = None
+        # The ring: envelopes, the next ring index of the same producer's sequence
+        # (-1: none), and the partial each envelope was queued under.
+        self._ring: list[Envelope | None] = [None] * size
+        self._next: list[int] = [-1] * size
+        self._owner: list[_Partial | None] = [None] * size
+        self._head = 0
+        self._size = size
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def dequeued(self) -> Envelope | None:
+        """The committed envelope `step()` last returned, until the sequence is drained."""
+        return self._dequeued
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """A copy of the read-through offsets: where to resume reading each journal."""
+        return dict(self._offsets)
+
+    @property
+    def buffer(self) -> int:
+        """The ring's size in envelopes."""
+        return self._size
+
+    def has_pending(self) -> bool:
+        """True if a transaction was begun or extended since the last `checkpoint()`.
+
+        Assuming producers are alive, it hints that more messages are coming.
+        """
+        return bool(self._pending)
+
+    def replay_range(self) -> tuple[str, int, int]:
+        """The journal and `[begin, end)` offsets to replay before stepping on."""
+        emit = self._emit
+        if emit is None:
+            raise SequencerError("replay_range(): no committed messages to step through")
+        if emit.ring_start == -1:
+            raise SequencerError(
+                f"replay_range(): the committed sequence of journal {emit.journal!r} has been"
+                " stepped through the ring; nothing is left to replay"
+            )
+        return emit.journal, emit.begin, self._ring[emit.ring_start].begin  # type: ignore[union-attr]
+
+    # ----------------------------------------------------------------- queueing
+
+    def queue_uncommitted(self, env: Envelope) -> QueueOutcome:
+        """Apply the next read-uncommitted envelope; returns what was decided.
+
+        Raises SequencerError if committed messages remain to `step()` through.
+        """
+        if self._emit is not None:
+            self._raise_busy("queue_uncommitted", env)
+        head = self._head
+        o = self._owner[head]
+        if o is not None and o.ring_start == head:
+            self._evict_start(o, head)
+        return self._queue(env)
+
+    def _raise_busy(self, what: str, env: Envelope | None = None) -> None:
+        emit = self._emit
+        assert emit is not None
+        at = f" (queuing journal {env.journal!r} offset {env.begin})" if env is not None else ""
+        raise SequencerError(
+            f"{what}(): committed messages of journal {emit.journal!r} producer"
+            f" {emit.producer.hex()} remain: step() until it returns None first{at}"
+        )
+
+    def _evict_start(self, p: _Partial, head: int) -> None:
+        """The ring slot `head`, about to be reused, holds the start of `p`'s sequence.
+
+        (Slots themselves are simply overwritten when reused: a slot no partial
+        sequence starts at is never read again.)
+        """
+        nxt = self._next[head]
+        if (p.ring_start == p.ring_stop) != (nxt == -1):
+            raise SequencerError(
+                f"ring invariant violated for journal {p.journal!r} producer {p.producer.hex()}"
+            )
+        if nxt == -1:
+            p.ring_start = p.ring_stop = -1  # nothing of it is left in the ring
+        else:
+            p.ring_start = nxt
+
+    def _add_at_head(self, env: Envelope, p: _Partial) -> None:
+        head = self._head
+        self._ring[head] = env
+        self._next[head] = -1
+        self._owner[head] = p
+        if p.ring_stop == -1:
+            p.ring_start = head
+        else:
+            self._next[p.ring_stop] = head
+        p.ring_stop = head
+        head += 1
+        self._head = 0 if head == self._size else head
+
+    def _queue(self, env: Envelope) -> QueueOutcome:
+        """Decide and apply the outcome of `env`; the head slot is already evicted."""
+        producer, clock, flags = env._ids or env.ids  # .ids without a property call
+        journal = env.journal
+        if clock:
+            by_producer = self._partials.get(journal)
+            if by_producer is None:
+                by_producer = self._partials[journal] = {}
+            p = by_producer.get(producer)
+            if p is None:
+                p = by_producer[producer] = _Partial(journal, producer, clock - 1, -1)
+        else:
+            # Zero clock (the nil UUID): committed at once, never tracked.
+            p = _Partial(journal, producer, 0, -1)
+            flags = _OUTSIDE_TXN
+            clock = 1
+
+        if flags == _CONTINUE_TXN:
+            if clock <= p.min_clock:
+                self._offsets[journal] = env.end
+                return QueueOutcome.CONTINUE_ALREADY_ACKED
+            if clock <= p.max_clock:
+                self._offsets[journal] = env.end
+                return QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
+            if p.begin == -1:
+                outcome = QueueOutcome.CONTINUE_BEGIN_SPAN
+                p.begin = env.begin
+                self._pending.add(p)
+            else:
+                outcome = QueueOutcome.CONTINUE_EXTEND_SPAN
+            self._add_at_head(env, p)
+            p.max_clock = clock
+            self._offsets[journal] = env.end
+            return outcome
+
+        if flags == _ACK_TXN:
+            if clock <= p.min_clock:
+                if clock < p.min_clock:
+                    # An upstream consumer recovered an older checkpoint and re-sent
+                    # its ACKs: fall back to at-least-once for the interval, as
+                    # Gazette does, rather than never deliver what follows.
+                    self._warn(env, p, clock, flags, "ACK_TXN clock is less than the last ACK"
+                               " (loss of exactly-once semantics)", logging.ERROR)
+                # Roll back to this ACK, discarding any pending span.
+                p.min_clock = p.max_clock = clock
+                p.begin = p.ring_start = p.ring_stop = -1
+                self._pending.discard(p)
+                self._offsets[journal] = env.end
+                return QueueOutcome.ACK_ROLLBACK
+            if p.begin == -1:
+                outcome = QueueOutcome.ACK_EMPTY
+                self._add_at_head(env, p)
+                p.begin = env.begin
+            else:
+                start = p.ring_start
+                if start == -1 or p.begin != self._ring[start].begin:  # type: ignore[union-attr]
+                    outcome = QueueOutcome.ACK_COMMIT_REPLAY  # all or part left the ring
+                else:
+                    outcome = QueueOutcome.ACK_COMMIT_RING
+                self._add_at_head(env, p)
+        else:
+            if flags != _OUTSIDE_TXN:
+                self._warn(env, p, clock, flags, "unexpected UUID flags: handled as OUTSIDE_TXN")
+            if clock <= p.min_clock:
+                self._offsets[journal] = env.end
+                return QueueOutcome.OUTSIDE_ALREADY_ACKED
+            if p.begin != -1:
+                self._warn(env, p, clock, flags, "OUTSIDE_TXN after a pending CONTINUE_TXN"
+                           " (mixed committed and uncommitted publishing?): rolled back")
+            outcome = QueueOutcome.OUTSIDE_COMMIT
+            self._add_at_head(env, p)
+            # Any pending span is deliberately clobbered: an implicit rollback.
+            p.begin = env.begin
+            p.ring_start = p.ring_stop
+        # A commit, through `clock`: pending messages with larger clocks are dropped.
+        # Offsets move only once the sequence is stepped through, so that a
+        # sequencer recovered from a checkpoint taken meanwhile queues this again.
+        p.max_clock = clock
+        self._emit = p
+        return outcome
+
+    def _warn(
+        self, env: Envelope, p: _Partial, clock: int, flags: int, what: str,
+        level: int = logging.WARNING,
+    ) -> None:
+        _log.log(
+            level,
+            "%s: journal %r offsets [%d, %d) producer %s clock %d flags %#x"
+            " (last ACK clock %d, pending from offset %d)",
+            what, env.journal, env.begin, env.end, p.producer.hex(), clock, flags,
+            p.min_clock, p.begin,
+        )
+
+    # ----------------------------------------------------------------- stepping
+
+    def start_replay(self, envelopes: Iterable[Envelope]) -> None:
+        """Supply the read-uncommitted envelopes of `replay_range()`, then `step()` on."""
+        if self._emit is None:
+            raise SequencerError("start_replay(): no committed messages to step through")
+        self._replay_it = iter(envelopes)
+
+    def step(self) -> Envelope | None:
+        """The next committed envelope, or None once the committed sequence is drained.
+
+        Reaching None moves the offsets past the committing message. After
+        ACK_COMMIT_REPLAY, `start_replay()` must come first.
+        """
+        emit = self._emit
+        if emit is None:
+            return None
+        ring = self._ring
+        dequeued = self._dequeued
+        if dequeued is None:
+            if self._replay_it is None and emit.begin != ring[emit.ring_start].begin:  # type: ignore[union-attr]
+                journal, begin, end = self.replay_range()
+                raise SequencerError(
+                    f"step(): a replay of journal {journal!r} offsets [{begin}, {end}) must be"
+                    " started with start_replay() first (queue outcome was ACK_COMMIT_REPLAY)"
+                )
+        else:
+            emit.min_clock = self._dequeued_clock  # the dequeued envelope was processed
+
+        while emit.ring_start != -1:
+            if self._replay_it is None:
+                env = ring[emit.ring_start]
+                emit.ring_start = self._next[emit.ring_start]
+            else:
+                try:
+                    env = next(self._replay_it)
+                except StopIteration:
+                    self._replay_it = None  # replay drained: carry on from the ring
+                    continue
+                self._check_replayed(env, emit)
+                if (env._ids or env.ids)[0] != emit.producer:
+                    continue  # another producer's message, interleaved in the journal
+            dequeued = self._dequeued = env
+            clock = self._dequeued_clock = (env._ids or env.ids)[1]  # type: ignore[union-attr]
+            if clock and clock <= emit.min_clock:
+                continue  # a duplicate (from the ring, a replay, or across a checkpoint)
+            if clock > emit.max_clock:
+                continue  # larger than the committing ACK: not committed
+            emit.begin = env.begin  # type: ignore[union-attr]
+            return env  # type: ignore[return-value]
+
+        # Drained. Offsets were held back when the commit was queued: move them now.
+        self._offsets[emit.journal] = dequeued.end  # type: ignore[union-attr]
+        emit.max_clock = emit.min_clock
+        emit.begin = emit.ring_start = emit.ring_stop = -1
+        self._pending.discard(emit)
+        self._emit = self._dequeued = None
+        self._dequeued_clock = 0
+        return None
+
+    def _check_replayed(self, env: Envelope, emit: _Partial) -> None:
+        end = self._ring[emit.ring_start].begin  # type: ignore[union-attr]
+        if env.journal != emit.journal:
+            raise ReplayError(
+                f"replay of wrong journal {env.journal!r} (expected {emit.journal!r},"
+                f" offsets [{emit.begin}, {end}))"
+            )
+        if env.begin < emit.begin:
+            raise ReplayError(
+                f"replay of journal {emit.journal!r} has wrong begin offset {env.begin}"
+                f" (expected >= {emit.begin})"
+            )
+        if env.end > end:
+            raise ReplayError(
+                f"replay of journal {emit.journal!r} has wrong end offset {env.end}"
+                f" (expected <= {end})"
+            )
+
+    # -------------------------------------------------------------- checkpoints
+
+    def checkpoint(
+        self, prune_horizon: timedelta | float | int = 0
+    ) -> tuple[dict[str, int], list[ProducerState]]:
+        """Read-through offsets and producer states, from which a new Sequencer resumes.
+
+        Producers whose clocks are older than `prune_horizon` (a timedelta or
+        seconds; 0: never) relative to the newest ACK in their journal are
+        forgotten. States come sorted by journal and producer. `has_pending()` is
+        False afterwards.
+        """
+        horizon = _horizon_ns(prune_horizon)
+        states: list[ProducerState] = []
+        for journal, by_producer in list(self._partials.items()):
+            if horizon > 0 and by_producer:
+                newest = max(p.min_clock for p in by_producer.values())
+                # Clock units are 100 ns, above 4 bits of sequence counter.
+                bound = newest - ((horizon // 100) << 4)
+                for producer in [pr for pr, p in by_producer.items() if p.max_clock < bound]:
+                    del by_producer[producer]
+            for producer, p in by_producer.items():
+                states.append(ProducerState(journal, producer, p.min_clock, p.begin))
+        self._pending.clear()
+        states.sort(key=lambda s: (s.journal, s.producer))
+        return dict(self._offsets), states
+
+    # ------------------------------------------------------------------ batches
+
+    def sequence(
+        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None = None
+    ) -> Iterator[Envelope]:
+        """Queue each envelope and yield the committed ones, in order.
+
+        Equivalent to `queue_uncommitted` + `step` per envelope, with the
+        sequencer in the same state at each yield (so `checkpoint()` may be taken
+        there), but faster. `replay(journal, begin, end)` reads replays; without
+        it a replay raises `ReplayRequired`.
+        """
+        if self._emit is not None:
+            self._raise_busy("sequence")
+        return self._sequence(envelopes, replay)
+
+    def _sequence(
+        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None
+    ) -> Iterator[Envelope]:
+        # The common outcomes are inlined here; everything else goes through
+        # _queue and step. At every yield the sequencer is exactly as
+        # queue_uncommitted + step would leave it. `head` is cached locally and
+        # written back before anything else may read it.
+        ring, nxt, owner = self._ring, self._next, self._owner
+        size = self._size
+        offsets = self._offsets
+        partials = self._partials
+        pending = self._pending
+        journal: str | None = None
+        by_producer: dict[bytes, _Partial] = {}
+        head = self._head
+        try:
+            for env in envelopes:
+                o = owner[head]  # evict at head, as queue_uncommitted does
+                if o is not None and o.ring_start == head:
+                    self._evict_start(o, head)
+
+                # Envelope.ids, without a property call when already parsed.
+                producer, clock, flags = env._ids or env.ids
+                if env.journal != journal:
+                    journal = env.journal
+                    by_producer = partials.get(journal)  # type: ignore[assignment]
+                    if by_producer is None:
+                        by_producer = partials[journal] = {}
+                p = by_producer.get(producer)
+
+                if p is not None and clock:
+                    if flags == _CONTINUE_TXN:
+                        if clock > p.max_clock:  # CONTINUE_BEGIN_SPAN or _EXTEND_SPAN
+                            if p.begin == -1:
+                                p.begin = env.begin
+                                pending.add(p)
+                            ring[head] = env
+                            nxt[head] = -1
+                            owner[head] = p
+                            stop = p.ring_stop
+                            if stop == -1:
+                                p.ring_start = head
+                            else:
+                                nxt[stop] = head
+                            p.ring_stop = head
+                            head += 1
+                            if head == size:
+                                head = 0
+                            p.max_clock = clock
+                        # else CONTINUE_ALREADY_ACKED or CONTINUE_TXN_CLOCK_LARGER.
+                        offsets[journal] = env.end
+                        continue
+
+                    if flags == _OUTSIDE_TXN and p.begin == -1:
+                        if clock <= p.min_clock:  # OUTSIDE_ALREADY_ACKED
+                            offsets[journal] = env.end
+                            continue
+                        # OUTSIDE_COMMIT of a lone message, stepped at once.
+                        ring[head] = env
+                        nxt[head] = -1
+                        owner[head] = p
+                        p.ring_stop = head
+                        p.begin = env.begin
+                        p.max_clock = clock
+                        head += 1
+                        if head == size:
+                            head = 0
+                        self._head = head
+                        self._emit = p
+                        self._dequeued = env
+                        self._dequeued_clock = clock
+                        yield env
+                        if self._dequeued is not env:
+                            self._raise_interfered()
+                        # The final step(): the sequence is drained.
+                        p.min_clock = clock
+                        p.begin = p.ring_stop = -1
+                        offsets[journal] = env.end
+                        self._emit = self._dequeued = None
+                        self._dequeued_clock = 0
+                        continue
+
+                    if flags == _ACK_TXN:
+                        mn = p.min_clock
+                        if clock == mn:  # ACK_ROLLBACK
+                            p.max_clock = clock
+                            p.begin = p.ring_start = p.ring_stop = -1
+                            pending.discard(p)
+                            offsets[journal] = env.end
+                            continue
+                        start = p.ring_start
+                        if (
+                            clock > mn
+                            and start != -1
+                            and ring[start].begin == p.begin  # type: ignore[union-attr]
+                        ):
+                            # ACK_COMMIT_RING: add the ACK, then step its sequence.
+                            ring[head] = env
+                            nxt[head] = -1
+                            owner[head] = p
+                            nxt[p.ring_stop] = head
+                            p.ring_stop = head
+                            head += 1
+                            if head == size:
+                                head = 0
+                            self._head = head
+                            p.max_clock = clock
+                            self._emit = p
+                            i = start
+                            while i != -1:
+                                e: Envelope = ring[i]  # type: ignore[assignment]
+                                i = nxt[i]
+                                c = (e._ids or e.ids)[1]
+                                if c <= mn or c > clock:
+                                    continue  # a duplicate, or not committed by this ACK
+                                p.ring_start = i
+                                p.begin = e.begin
+                                self._dequeued = e
+                                self._dequeued_clock = c
+                                yield e
+                                if self._dequeued is not e:
+                                    self._raise_interfered()
+                                p.min_clock = mn = c
+                            p.max_clock = mn
+                            p.begin = p.ring_start = p.ring_stop = -1
+                            pending.discard(p)
+                            offsets[journal] = env.end
+                            self._emit = self._dequeued = None
+                            self._dequeued_clock = 0
+                            continue
+
+                # Everything else: nil UUIDs, new producers, ACK_EMPTY, replays,
+                # rollbacks below the last ACK, unknown flags, mixed OUTSIDE_TXN.
+                self._head = head
+                outcome = self._queue(env)
+                head = self._head
+                if self._emit is None:
+                    continue
+                if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
+                    j, begin, end = self.replay_range()
+                    if replay is None:
+                        raise ReplayRequired(j, begin, end)
+                    self._replay_it = iter(replay(j, begin, end))
+                while (committed := self.step()) is not None:
+                    yield committed
+                    if self._dequeued is not committed:
+                        self._raise_interfered()
+        finally:
+            self._head = head
+
+    def _raise_interfered(self) -> None:
+        raise SequencerError(
+            "sequence(): the sequencer was stepped while this iterator was suspended; it"
+            " stops here (carry on with step())"
+        )
+
+    def committed(
+        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None = None
+    ) -> list[Envelope]:
+        """Sequence a whole batch at once; returns the committed envelopes in order.
+
+        The fastest path. Take a checkpoint only after the batch: should it
+        raise (a failed replay), resume from an earlier checkpoint.
+        """
+        return list(self.sequence(envelopes, replay))
+
+    def __repr__(self) -> str:
+        n = sum(len(b) for b in self._partials.values())
+        return (
+            f"Sequencer(buffer={self._size}, producers={n}, pending={len(self._pending)},"
+            f" stepping={self._emit is not None})"
+        )

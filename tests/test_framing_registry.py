@@ -1,0 +1,168 @@
+"""Framing registry, the error types and stream decoding across chunks."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import threading
+
+import pytest
+
+from oncelog.framing import (
+    CSVFraming,
+    DecodeResult,
+    DesyncDetected,
+    FixedFraming,
+    FrameDecodeError,
+    Framing,
+    FramingError,
+    JSONFraming,
+    MalformedFrame,
+    TruncatedFrame,
+    UnknownContentType,
+    content_types,
+    decode_stream,
+    for_content_type,
+    register,
+)
+from oncelog.framing.base import gc_paused
+from oncelog.message import JSONMessage
+
+
+def test_builtin_content_types_are_gazettes() -> None:
+    assert content_types() == ["application/x-ndjson", "application/x-protobuf-fixed", "text/csv"]
+    for framing in (for_content_type(ct) for ct in content_types()):
+        assert isinstance(framing, Framing)
+
+
+def test_content_type_lookup_ignores_case_and_parameters() -> None:
+    assert isinstance(for_content_type("Text/CSV; charset=utf-8"), CSVFraming)
+    assert isinstance(for_content_type(" application/x-ndjson "), JSONFraming)
+
+
+def test_unknown_content_type_names_it_and_the_known_ones() -> None:
+    with pytest.raises(UnknownContentType) as info:
+        for_content_type("application/x-gazette-recoverylog")
+    err = info.value
+    assert isinstance(err, FramingError) and isinstance(err, LookupError)
+    assert err.content_type == "application/x-gazette-recoverylog"
+    assert str(err) == (
+        "no framing for content type 'application/x-gazette-recoverylog'; known content types: "
+        "application/x-ndjson, application/x-protobuf-fixed, text/csv"
+    )
+
+
+def test_register_replaces_and_returns_the_previous_framing() -> None:
+    custom = JSONFraming(uuid_field="id")
+    previous = register(custom)
+    try:
+        assert isinstance(previous, JSONFraming) and previous is not custom
+        assert for_content_type("application/x-ndjson") is custom
+    finally:
+        assert register(previous) is custom  # type: ignore[arg-type]
+    assert for_content_type("application/x-ndjson") is previous
+
+
+def test_register_a_new_content_type_and_reject_nameless_framings() -> None:
+    class Upper:
+        content_type = "text/x-upper-lines"
+
+        def marshal(self, msg: str) -> bytes:
+            return msg.upper().encode() + b"\n"
+
+        def decode(self, buf, *, journal, base=0, final=False, new_message=None) -> DecodeResult:
+            return JSONFraming().decode(buf, journal=journal, base=base, final=final)
+
+    assert register(Upper()) is None
+    try:
+        assert "text/x-upper-lines" in content_types()
+        assert isinstance(for_content_type("text/x-upper-lines"), Upper)
+    finally:
+        from oncelog.framing import base
+
+        del base._registry["text/x-upper-lines"]
+    with pytest.raises(TypeError, match="no content_type"):
+        register(object())  # type: ignore[arg-type]
+
+
+def test_errors_keep_their_fields_through_pickle() -> None:
+    err = MalformedFrame(
+        "unexpected character", what="malformed JSON frame", journal="logs/a", begin=1234,
+        end=1290, data=b"{bad\n",
+    )
+    assert str(err) == "journal logs/a: malformed JSON frame at offset 1234-1290: unexpected character"
+    for original in (err, DesyncDetected("skipped 3", journal="j", begin=0, end=3, data=b"abc"),
+                     TruncatedFrame("cut", data=b"x")):
+        copy = pickle.loads(pickle.dumps(original))
+        assert type(copy) is type(original) and str(copy) == str(original)
+        assert (copy.journal, copy.begin, copy.end, copy.data) == (
+            original.journal, original.begin, original.end, original.data)
+    assert str(TruncatedFrame("cut", data=b"x")) == "truncated frame: cut"
+
+
+JSON = JSONFraming()
+
+
+def test_decode_stream_yields_good_envelopes_before_raising() -> None:
+    data = b'{"a":1}\n{"a":2}\n{bad\n{"a":3}\n'
+    seen: list[int] = []
+    with pytest.raises(MalformedFrame) as info:
+        for env in decode_stream(JSON, [data[:10], data[10:]], journal="logs/s", offset=50):
+            seen.append(env.message.doc["a"])
+    assert seen == [1, 2]
+    assert (info.value.begin, info.value.end) == (66, 71)
+
+
+def test_decode_stream_skips_through_on_error_and_can_stop() -> None:
+    data = b'{"a":1}\n{bad\n{"a":3}\n{"a":4'
+    errors: list[FrameDecodeError] = []
+    got = [e.message.doc["a"] for e in decode_stream(JSON, [data], journal="j",
+                                                     on_error=errors.append)]
+    assert got == [1, 3]
+    assert [(type(e), e.begin, e.end) for e in errors] == [
+        (MalformedFrame, 8, 13), (TruncatedFrame, 21, 27)
+    ]
+
+    def stop(err: FrameDecodeError) -> None:
+        raise RuntimeError(f"stopped at {err.begin}")
+
+    with pytest.raises(RuntimeError, match="stopped at 8"):
+        list(decode_stream(JSON, [data], journal="j", on_error=stop))
+
+
+def test_decode_stream_carries_a_large_frame_across_small_chunks() -> None:
+    fixed = FixedFraming(new_message=lambda p: JSONMessage({"n": len(p)}))
+    frame = fixed.marshal(b"x" * 100_000)
+    chunks = [frame[i : i + 1000] for i in range(0, len(frame), 1000)] + [frame]
+    envelopes = list(decode_stream(fixed, chunks, journal="j", offset=7))
+    assert [(e.begin, e.end, e.message.doc["n"]) for e in envelopes] == [
+        (7, 7 + len(frame), 100_000), (7 + len(frame), 7 + 2 * len(frame), 100_000)
+    ]
+
+
+def test_gc_pause_nests_across_threads_and_restores_the_collector() -> None:
+    assert gc.isenabled()
+    inner_started, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with gc_paused():
+            inner_started.set()
+            assert release.wait(10)
+
+    with gc_paused():
+        assert not gc.isenabled()
+        worker = threading.Thread(target=hold)
+        worker.start()
+        assert inner_started.wait(10)
+    assert not gc.isenabled()  # the other thread's pause is still on
+    release.set()
+    worker.join(10)
+    assert gc.isenabled()
+
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        gc.enable()
