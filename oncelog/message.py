@@ -175,6 +175,24 @@ def _clock_of_int(v: int) -> int:
     return (((time_hi << 48) | (time_mid << 32) | time_low) << 4) | seq
 
 
+_producer_bytes: dict[int, bytes] = {}
+
+
+def _fields_of_int(v: int) -> tuple[bytes, int, Flags | int]:
+    node = v & 0xFFFFFFFFFFFF
+    producer = _producer_bytes.get(node)
+    if producer is None:
+        if len(_producer_bytes) > 65536:  # bound the cache; producers are few in practice
+            _producer_bytes.clear()
+        producer = _producer_bytes[node] = node.to_bytes(PRODUCER_ID_LEN, "big")
+    return (
+        producer,
+        ((((v >> 64) & 0x0FFF) << 48 | ((v >> 80) & 0xFFFF) << 32 | (v >> 96)) << 4)
+        | ((v >> 58) & 0xF),
+        _FLAG_VALUES[(v >> 48) & FLAGS_MASK],
+    )
+
+
 def get_clock(u: uuid.UUID) -> int:
     """The 64-bit Clock of a message UUID."""
     return _clock_of_int(u.int)
@@ -192,12 +210,7 @@ def get_producer_id(u: uuid.UUID) -> bytes:
 
 def uuid_fields(u: uuid.UUID) -> tuple[bytes, int, Flags | int]:
     """(producer, clock, flags) of a message UUID in one pass."""
-    v = u.int
-    return (
-        (v & 0xFFFFFFFFFFFF).to_bytes(PRODUCER_ID_LEN, "big"),
-        _clock_of_int(v),
-        _FLAG_VALUES[(v >> 48) & FLAGS_MASK],
-    )
+    return _fields_of_int(u.int)
 
 
 def parse_uuid_fields(text: str) -> tuple[bytes, int, Flags | int]:
@@ -206,18 +219,14 @@ def parse_uuid_fields(text: str) -> tuple[bytes, int, Flags | int]:
     Skips building a `uuid.UUID`; the hot path of JSON and CSV decoding.
     Raises ValueError naming the text if it is not a canonical UUID.
     """
-    if len(text) != 36 or text[8] != "-" or text[13] != "-" or text[18] != "-" or text[23] != "-":
-        raise ValueError(f"not a canonical UUID string: {text!r}")
-    try:
-        time_low = int(text[0:8], 16)
-        time_mid = int(text[9:13], 16)
-        time_hi = int(text[14:18], 16) & 0x0FFF
-        seq = int(text[19:23], 16)
-        producer = bytes.fromhex(text[24:36])
-    except ValueError:
-        raise ValueError(f"not a canonical UUID string: {text!r}") from None
-    clock = (((time_hi << 48) | (time_mid << 32) | time_low) << 4) | ((seq >> 10) & 0xF)
-    return producer, clock, _FLAG_VALUES[seq & FLAGS_MASK]
+    if len(text) == 36 and text[8:24:5] == "----":
+        digits = text.replace("-", "")
+        if len(digits) == 32 and digits.isascii() and "_" not in digits:
+            try:
+                return _fields_of_int(int(digits, 16))
+            except ValueError:
+                pass
+    raise ValueError(f"not a canonical UUID string: {text!r}")
 
 
 def time_sortable_key(u: uuid.UUID) -> str:
@@ -260,9 +269,9 @@ class Envelope:
     def _parse(self) -> tuple[bytes, int, Flags | int]:
         ids = self._ids
         if ids is None:
-            fast = getattr(self.message, "uuid_fields", None)
-            ids = fast() if fast is not None else uuid_fields(self.message.get_uuid())
-            self._ids = ids
+            message = self.message
+            fast = getattr(message, "uuid_fields", None)
+            ids = self._ids = fast() if fast is not None else _fields_of_int(message.get_uuid().int)
         return ids
 
     @property

@@ -107,6 +107,12 @@ class Publisher:
         if validate is not None:
             validate()  # raises: the message is not published
         journal, content_type = mapping(msg)
+        if flags is Flags.OUTSIDE_TXN and journal in self._pending:
+            raise TransactionError(
+                f"journal {journal!r} has uncommitted messages of this publisher: a committed "
+                "message there would roll them back (Gazette's sequencing); commit or roll "
+                "back first"
+            )
         framing = for_content_type(content_type)
         append = self.client.start_append(journal)
         try:

@@ -309,9 +309,9 @@ def decode_stream(
 
     Partial frames are carried over to the next chunk; the end of `chunks` is the
     end of the data (a partial frame left then raises TruncatedFrame). On bad bytes,
-    the envelopes before them are yielded, then the error is raised, or, when
-    `on_error` is given, passed to it and decoding resumes after the bad bytes
-    (`on_error` may raise to stop instead).
+    the envelopes before them are yielded (and cleared from the error), then the
+    error is raised, or, when `on_error` is given, passed to it and decoding
+    resumes after the bad bytes (`on_error` may raise to stop instead).
     """
     pending = bytearray()
     base = offset

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
+from operator import add
 from typing import Any, BinaryIO
 
 import orjson
@@ -98,11 +99,17 @@ class JSONFraming:
         """Decode every complete line of `buf` (see `Framing.decode`)."""
         data = bytes(buf) if isinstance(buf, memoryview) else buf
         cut = data.rfind(b"\n") + 1
-        if cut:
-            lines = data.split(b"\n")
-            tail = lines.pop()
+        tail = data[cut:]
+        if not cut:
+            lines = []
+        elif b"\r" in data:  # splitlines() would also split at a lone \r
+            lines = data[:cut].split(b"\n")
+            lines.pop()
+            lines = list(map(add, lines, repeat(b"\n")))
         else:
-            lines, tail = [], data
+            lines = data.splitlines(keepends=True)  # each line with its \n
+            if tail:
+                lines.pop()
         factory = new_message or self.new_message
 
         with gc_paused():
@@ -125,11 +132,11 @@ class JSONFraming:
                     limit, cause = bad, error
                     what = "JSON frame rejected by new_message"
                     reason = f"{type(error).__name__}: {error}"
-            offsets = frame_offsets(map((1).__add__, map(len, lines)), base)
+            offsets = frame_offsets(map(len, lines), base)
             envelopes = build_envelopes(journal, offsets, messages)
 
         if limit is not None:
-            bad_line = bytes(lines[limit]) + b"\n"
+            bad_line = bytes(lines[limit])
             raise MalformedFrame(
                 f"{reason}: {snippet(bad_line)}",
                 what=what,

@@ -1,0 +1,136 @@
+"""Read-committed throughput from a local-disk journal, beside raw JSON parsing of the same bytes.
+
+1,000,000 JSON-lines messages (~120 bytes) from 16 interleaved producers, half of
+them in transactions of 10 closed by an ACK, the rest committed one by one, in a
+journal on a local-disk store. Prints:
+
+- baseline: `orjson.loads` of every line of the journal's bytes (already in memory);
+- read_committed: the full path (fragment reads, SHA1 check, decoding, sequencing);
+- read_uncommitted: the same without sequencing;
+each as messages/s and as a ratio to the baseline (target >= 0.4x for read_committed).
+
+    .venv/bin/python benchmarks/sequencer.py [--quick] [--messages N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from oncelog.journal import FragmentSpec, JournalSpec, open_journals  # noqa: E402
+from oncelog.message import Flags, build_uuid  # noqa: E402
+from oncelog.reading import read_committed, read_uncommitted  # noqa: E402
+
+JOURNAL = "bench/sequencer/part-000"
+
+
+def build_journal_bytes(messages: int, producers: int = 16, seed: int = 7) -> tuple[bytes, int]:
+    """Frames of `messages` messages plus ACKs; returns the bytes and how many commit."""
+    rng = random.Random(seed)
+    ids = [bytes([0x01, 0x5E, 0x9C, i, 0x00, 0x42]) for i in range(producers)]
+    clocks = [1 << 60] * producers
+    left_in_txn = [0] * producers
+    lines: list[bytes] = []
+    sent = 0
+    start_txn = 0.5 / (0.5 + 0.5 * 10)  # half of all messages inside transactions of 10
+    while sent < messages:
+        p = rng.randrange(producers)
+        clocks[p] += 1
+        if left_in_txn[p] == 0 and rng.random() < start_txn:
+            left_in_txn[p] = 10
+        flags = Flags.CONTINUE_TXN if left_in_txn[p] else Flags.OUTSIDE_TXN
+        u = build_uuid(ids[p], clocks[p], flags)
+        lines.append(
+            orjson.dumps({"uuid": str(u), "user": f"user-{rng.randrange(10**6):06d}",
+                          "event": "page_view", "n": sent})
+            + b"\n"
+        )
+        sent += 1
+        if left_in_txn[p]:
+            left_in_txn[p] -= 1
+            if left_in_txn[p] == 0:
+                clocks[p] += 1
+                ack = build_uuid(ids[p], clocks[p], Flags.ACK_TXN)
+                lines.append(orjson.dumps({"uuid": str(ack)}) + b"\n")
+    # Close transactions still open so that every message commits.
+    for p in range(producers):
+        if left_in_txn[p]:
+            clocks[p] += 1
+            lines.append(orjson.dumps({"uuid": str(build_uuid(ids[p], clocks[p], Flags.ACK_TXN))}) + b"\n")
+    return b"".join(lines), messages
+
+
+def timed(func: Callable[[], int], rounds: int) -> tuple[float, int]:
+    best, count = float("inf"), 0
+    for _ in range(rounds):
+        gc.collect()
+        start = time.perf_counter()
+        count = func()
+        best = min(best, time.perf_counter() - start)
+    return best, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="50,000 messages")
+    parser.add_argument("--messages", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    messages = args.messages or (50_000 if args.quick else 1_000_000)
+
+    data, expected = build_journal_bytes(messages)
+    with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as root:
+        client = open_journals(root)
+        client.create(JournalSpec(JOURNAL, labels={"content-type": "application/x-ndjson"},
+                                  fragment=FragmentSpec(length=64 << 20)))
+        # Append whole frames in ~4 MiB appends.
+        start = 0
+        while start < len(data):
+            stop = data.find(b"\n", min(start + (4 << 20), len(data) - 1)) + 1
+            client.append(JOURNAL, data[start:stop])
+            start = stop
+        lines = data.split(b"\n")[:-1]
+        total_frames = len(lines)
+
+        def baseline() -> int:
+            loads = orjson.loads
+            return len([loads(line) for line in lines])
+
+        def committed() -> int:
+            n = 0
+            for _ in read_committed(client, JOURNAL, sequencer=None):
+                n += 1
+            return n
+
+        def uncommitted() -> int:
+            return sum(1 for _ in read_uncommitted(client, JOURNAL))
+
+        base_t, base_n = timed(baseline, args.rounds)
+        unc_t, unc_n = timed(uncommitted, args.rounds)
+        com_t, com_n = timed(committed, args.rounds)
+        client.close()
+
+    assert base_n == total_frames and unc_n == total_frames, (base_n, unc_n, total_frames)
+    assert com_n == expected, f"read_committed delivered {com_n}, expected {expected}"
+    print(f"{messages:,} messages ({total_frames:,} frames incl. ACKs, {len(data) / 1e6:.1f} MB), "
+          "16 producers, 50% in transactions of 10")
+    print(f"{'':24} {'messages/s':>12} {'vs baseline':>12}")
+    base_rate = base_n / base_t
+    print(f"{'baseline orjson.loads':24} {base_rate:12,.0f} {1.0:11.2f}x")
+    for name, n, t in (("read_uncommitted", unc_n, unc_t), ("read_committed", com_n, com_t)):
+        rate = n / t
+        print(f"{name:24} {rate:12,.0f} {rate / base_rate:11.2f}x")
+
+
+if __name__ == "__main__":
+    main()

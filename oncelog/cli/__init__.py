@@ -1,0 +1,10 @@
+"""The `oncelog` command line: manage, append to and read journals on any store.
+
+`main()` is the console script's entry point; `cli` is the click group, for embedding or
+for click's test runner. See docs/cli.md.
+"""
+
+from oncelog.cli.app import cli, main
+from oncelog.cli import append, groups, journals, read  # noqa: F401  (register the commands)
+
+__all__ = ["cli", "main"]

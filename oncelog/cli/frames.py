@@ -1,0 +1,264 @@
+"""Messages of a journal with the exact bytes of their frames, and how the CLI prints them.
+
+`read` prints frames as they are stored (`--format raw`), so it decodes journal bytes
+itself: each Envelope's message is a `Framed` holding the decoded message and its frame's
+bytes. Committed reading runs these through a Sequencer, exactly as `read_committed` does.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import orjson
+
+from oncelog.framing import FrameDecodeError, Framing, RawPayload, decode_stream
+from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
+from oncelog.message import (
+    CSVRecord,
+    Envelope,
+    Flags,
+    JSONMessage,
+    build_uuid,
+    clock_to_unix_ns,
+    uuid_fields,
+)
+
+if TYPE_CHECKING:
+    from oncelog.cli.output import Progress
+    from oncelog.journal import JournalClient
+
+__all__ = [
+    "Framed",
+    "BadMessage",
+    "framed_envelopes",
+    "committed_envelopes",
+    "new_message_for",
+    "FORMATTERS",
+    "table_header",
+]
+
+CHUNK = 1 << 20
+"""Journal bytes read per decode call."""
+
+
+class Framed:
+    """A decoded message together with the bytes of its frame."""
+
+    __slots__ = ("message", "raw")
+
+    def __init__(self, message: Any, raw: bytes) -> None:
+        self.message = message
+        self.raw = raw
+
+    def uuid_fields(self) -> tuple[bytes, int, int]:
+        fast = getattr(self.message, "uuid_fields", None)
+        return fast() if fast is not None else uuid_fields(self.message.get_uuid())
+
+    def get_uuid(self) -> Any:
+        return self.message.get_uuid()
+
+
+class BadMessage(ValueError):
+    """A frame decoded but its message is unusable (e.g. its UUID field is not a UUID)."""
+
+    def __init__(self, journal: str, begin: int, end: int, reason: str) -> None:
+        self.journal, self.begin, self.end = journal, begin, end
+        super().__init__(f"journal {journal}: bad message at offset {begin}-{end}: {reason}")
+
+
+def new_message_for(content_type: str) -> Callable[[Any], Any] | None:
+    """The message factory the CLI decodes `content_type` with: protobuf payloads are kept
+    as bytes (the CLI has no schema), other framings use their default messages."""
+    return RawPayload if content_type == CONTENT_TYPE_PROTOBUF_FIXED else None
+
+
+ErrorHandler = Callable[[Exception], None]
+
+
+def framed_envelopes(
+    client: JournalClient,
+    journal: str,
+    framing: Framing,
+    offset: int,
+    *,
+    new_message: Callable[[Any], Any] | None = None,
+    block: bool = False,
+    end: int | None = None,
+    on_error: ErrorHandler | None = None,
+    progress: Progress | None = None,
+) -> Iterator[Envelope]:
+    """Envelopes of `journal` from `offset` (to `end`, or the head, or forever with `block`),
+    each message a `Framed` with its UUID fields already parsed. Bad frames and bad
+    messages raise, or go to `on_error` and are skipped."""
+    reader = client.read(journal, offset, block=block)
+    window = bytearray()  # journal bytes from `window_base` that may hold frames to come
+    window_base = reader.offset
+    start = reader.offset
+
+    def chunks() -> Iterator[bytes]:
+        while True:
+            size = CHUNK if end is None else min(CHUNK, end - reader.offset)
+            if size <= 0:
+                return
+            chunk = reader.read(size)
+            if not chunk:
+                return
+            window.extend(chunk)
+            if progress is not None:
+                progress.update(reader.offset - start)
+            yield chunk
+
+    def skip(exc: FrameDecodeError) -> None:
+        assert on_error is not None
+        on_error(exc)
+
+    try:
+        for env in decode_stream(
+            framing,
+            chunks(),
+            journal=journal,
+            offset=start,
+            new_message=new_message,
+            on_error=skip if on_error is not None else None,
+        ):
+            cut = env.end - window_base
+            framed = Framed(env.message, bytes(window[env.begin - window_base : cut]))
+            del window[:cut]
+            window_base = env.end
+            out = Envelope(journal, env.begin, env.end, framed)
+            try:
+                out.ids  # parse once, here, where the offsets are known
+            except (ValueError, TypeError) as exc:
+                bad = BadMessage(journal, env.begin, env.end, str(exc))
+                if on_error is None:
+                    raise bad from None
+                on_error(bad)
+                continue
+            yield out
+    finally:
+        reader.close()
+
+
+def committed_envelopes(
+    client: JournalClient,
+    journal: str,
+    framing: Framing,
+    offset: int,
+    *,
+    new_message: Callable[[Any], Any] | None = None,
+    block: bool = False,
+    on_error: ErrorHandler | None = None,
+    progress: Progress | None = None,
+) -> Iterator[Envelope]:
+    """The committed envelopes of `journal` from `offset`, each once, acknowledgements
+    left out; rolled-back and duplicate messages are dropped, replays read as needed."""
+    from oncelog.sequencer import Sequencer
+
+    def replay(name: str, begin: int, stop: int) -> Iterator[Envelope]:
+        return framed_envelopes(
+            client, name, framing, begin, new_message=new_message, end=stop, on_error=on_error
+        )
+
+    uncommitted = framed_envelopes(
+        client,
+        journal,
+        framing,
+        offset,
+        new_message=new_message,
+        block=block,
+        on_error=on_error,
+        progress=progress,
+    )
+    try:
+        for env in Sequencer().sequence(uncommitted, replay):
+            if env.ids[2] != Flags.ACK_TXN:
+                yield env
+    finally:
+        uncommitted.close()
+
+
+# -- printing ---------------------------------------------------------------------------------
+
+
+def _flags_name(flags: int) -> str | int:
+    try:
+        return Flags(flags).name
+    except ValueError:
+        return flags
+
+
+def _time(clock: int) -> str | None:
+    if not clock:
+        return None
+    ns = clock_to_unix_ns(clock)
+    from datetime import datetime, timezone
+
+    moment = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ns % 1_000_000_000 // 100:07d}Z"
+
+
+def _body(message: Any) -> Any:
+    if isinstance(message, JSONMessage):
+        return message.doc
+    if isinstance(message, CSVRecord):
+        return message.fields
+    if isinstance(message, RawPayload):
+        return base64.b64encode(message.payload).decode("ascii")
+    return repr(message)
+
+
+def format_raw(env: Envelope) -> bytes:
+    """The frame exactly as stored."""
+    return env.message.raw
+
+
+def format_json(env: Envelope) -> bytes:
+    """One JSON object per message: where it is, its UUID parts, and the message
+    (a JSON document, a list of CSV fields, or a base64 protobuf payload)."""
+    producer, clock, flags = env.ids
+    doc = {
+        "journal": env.journal,
+        "begin": env.begin,
+        "end": env.end,
+        "uuid": str(build_uuid(producer, clock, flags)) if clock else None,
+        "producer": producer.hex(),
+        "clock": clock,
+        "time": _time(clock),
+        "flags": _flags_name(flags),
+        "message": _body(env.message.message),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+
+
+def _text(framed: Framed) -> str:
+    if isinstance(framed.message, RawPayload):
+        payload = framed.message.payload
+        return f"<{len(payload)}-byte payload {payload[:16].hex()}{'...' if len(payload) > 16 else ''}>"
+    text = framed.raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+_TABLE_ROW = "{:<24} {:>12} {:<28} {:<13} {}\n"
+
+
+def table_header() -> bytes:
+    """The header line of `--format table`."""
+    return _TABLE_ROW.format("JOURNAL", "OFFSET", "TIME", "FLAGS", "MESSAGE").encode()
+
+
+def format_table(env: Envelope) -> bytes:
+    """One aligned line per message: journal, offset, time, flags and the frame's text."""
+    _, clock, flags = env.ids
+    line = _TABLE_ROW.format(
+        env.journal, env.begin, _time(clock) or "-", str(_flags_name(flags)), _text(env.message)
+    )
+    return line.encode("utf-8", errors="backslashreplace")
+
+
+FORMATTERS: dict[str, Callable[[Envelope], bytes]] = {
+    "raw": format_raw,
+    "json": format_json,
+    "table": format_table,
+}
+"""How `read --format` prints one message."""

@@ -1,0 +1,586 @@
+"""The exactly-once consumer: read committed, handle, checkpoint, acknowledge.
+
+Each consumer transaction reads committed messages from the group's journals
+and hands them to the handler, which publishes outputs *uncommitted* and
+updates a JSON state. Its commit waits for the outputs, writes checkpoint N+1
+(read offsets, producer states, the outputs' ACK intents, the state) only if
+absent, and only then appends the ACK intents. Gazette's consumer semantics;
+docs/consumers.md explains why this is exactly-once across crashes and zombies.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+
+from oncelog.consumer.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    ConsumerError,
+    FencedOut,
+    ensure_group,
+    intents_journals,
+    validate_group_name,
+)
+from oncelog.consumer.shards import shard_journals
+from oncelog.labels import LabelSelector
+from oncelog.message import Envelope, Message
+from oncelog.publisher import AckIntent, Mapping, Publisher
+from oncelog.reading import read_uncommitted
+from oncelog.sequencer import Sequencer
+
+if TYPE_CHECKING:
+    from oncelog.journal import AsyncAppend, JournalClient
+
+__all__ = ["Consumer", "Transaction", "Handler", "Finalizer", "STAGES", "RECOVERY_ATTEMPTS"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Envelope, "Transaction"], None]
+"""`handler(envelope, txn)`: consume one committed message; publish outputs with `txn.publish`."""
+Finalizer = Callable[["Transaction"], None]
+"""`finalize(txn)`: called once before each commit, e.g. to publish aggregates of `txn.state`."""
+
+STAGES = (
+    "recovered",  # recovery checkpoint written and its ACK intents re-appended
+    "handler",  # about to call the handler (only when a stage hook is set)
+    "finalized",  # the finalizer ran
+    "flushed",  # the transaction's outputs are durable (still uncommitted)
+    "checkpoint",  # about to write checkpoint N+1
+    "checkpointed",  # checkpoint N+1 is written: the transaction is committed
+    "acked",  # one ACK intent appended (once per intent)
+    "committed",  # every ACK intent appended: the outputs are visible
+)
+"""The points at which a consumer calls its `on_stage` hook, in order (for tests and tracing)."""
+
+RECOVERY_ATTEMPTS = 8
+"""How often recovery retries when other instances of the group keep committing meanwhile."""
+
+_ACK_TXN = 2
+
+
+class Transaction:
+    """One consumer transaction: its outputs, the group's state, and how far it has come."""
+
+    __slots__ = ("_consumer", "seq", "messages", "started", "deadline", "_closing", "_idle")
+
+    def __init__(self, consumer: Consumer, seq: int, max_duration: float) -> None:
+        self._consumer = consumer
+        self.seq = seq
+        """The checkpoint number this transaction commits as."""
+        self.messages = 0
+        """Messages handed to the handler so far."""
+        self.started = time.monotonic()
+        self.deadline = self.started + max_duration
+        self._closing = False
+        self._idle = False
+
+    @property
+    def state(self) -> Any:
+        """The group's JSON-serialisable state: mutate it, or assign a new one."""
+        return self._consumer._state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self._consumer._state = value
+
+    @property
+    def group(self) -> str:
+        return self._consumer.group
+
+    @property
+    def shard(self) -> int | None:
+        """This consumer's shard index, or None if the group is not sharded."""
+        return self._consumer.shard
+
+    def publish(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
+        """Publish an output, uncommitted: readers see it once this transaction commits."""
+        return self._consumer._publisher.publish_uncommitted(mapping, msg)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        """Commit once the current committed input sequence is consumed (don't read more)."""
+        self._closing = True
+
+    def __repr__(self) -> str:
+        return f"Transaction(group={self.group!r}, seq={self.seq}, messages={self.messages})"
+
+
+class _Input:
+    """One journal being read: where the next read starts, and its open reader."""
+
+    __slots__ = ("journal", "offset", "it", "exhausted")
+
+    def __init__(self, journal: str, offset: int) -> None:
+        self.journal = journal
+        self.offset = offset
+        self.it: Iterator[Envelope] | None = None
+        self.exhausted = False
+
+    def close(self) -> None:
+        if self.it is not None:
+            self.it.close()  # type: ignore[attr-defined]
+            self.it = None
+
+
+def _seconds(value: float | timedelta, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0:
+        raise ValueError(f"{what} must be positive, not {value!r}")
+    return seconds
+
+
+class Consumer:
+    """An exactly-once consumer of a group's journals (a label selector or a list of names).
+
+    `run()` consumes in transactions of at most `max_messages` messages and
+    `max_duration` seconds, each committed by a checkpoint; several instances
+    of one group may run, but only the latest to recover can commit (the others
+    are `FencedOut`). With `shards=N`, `shard=i` consumes the journals that
+    rendezvous hashing gives shard `i`, with its own checkpoints.
+    """
+
+    def __init__(
+        self,
+        client: "JournalClient",
+        group: str,
+        journals: LabelSelector | str | Sequence[str],
+        handler: Handler,
+        *,
+        finalize: Finalizer | None = None,
+        initial_state: Any = None,
+        shards: int = 1,
+        shard: int = 0,
+        max_messages: int = 10_000,
+        max_duration: float | timedelta = 1.0,
+        start: Literal["beginning", "head"] = "beginning",
+        new_message: Callable[[Any], Any] | None = None,
+        poll_interval: float | timedelta = 0.2,
+        refresh_interval: float | timedelta = 10.0,
+        prune_horizon: timedelta | float = 0,
+        keep_checkpoints: int | None = 10,
+        buffer: int = 1024,
+        read_batch: int = 1000,
+        on_stage: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.group = validate_group_name(group)
+        if isinstance(journals, (str, LabelSelector)):
+            self._selector: LabelSelector | None = LabelSelector.from_value(journals)
+            self._names: list[str] = []
+        else:
+            self._selector = None
+            self._names = list(dict.fromkeys(journals))
+            if not all(isinstance(j, str) for j in self._names):
+                raise TypeError(f"journals must be a label selector or a list of names: {journals!r}")
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, not {handler!r}")
+        if start not in ("beginning", "head"):
+            raise ValueError(f"start must be 'beginning' or 'head', not {start!r}")
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise ValueError(f"max_messages must be an int >= 1, not {max_messages!r}")
+        if keep_checkpoints is not None and (
+            not isinstance(keep_checkpoints, int) or keep_checkpoints < 1
+        ):
+            raise ValueError(f"keep_checkpoints must be None or an int >= 1, not {keep_checkpoints!r}")
+        if not isinstance(read_batch, int) or read_batch < 1:
+            raise ValueError(f"read_batch must be an int >= 1, not {read_batch!r}")
+        self.shards = shards
+        self.shard: int | None = None if shards == 1 else shard
+        self._store = CheckpointStore(client, group, self.shard, shards)
+        self._handler = handler
+        self._finalize = finalize
+        self._initial_state = initial_state
+        self.max_messages = max_messages
+        self.max_duration = _seconds(max_duration, "max_duration")
+        self.start = start
+        self._new_message = new_message
+        self.poll_interval = _seconds(poll_interval, "poll_interval")
+        self.refresh_interval = _seconds(refresh_interval, "refresh_interval")
+        self.prune_horizon = prune_horizon
+        self.keep_checkpoints = keep_checkpoints
+        self._buffer = buffer
+        self._read_batch = read_batch
+        self._on_stage = on_stage
+
+        # Set by recover(); _seq is None whenever the consumer must recover before reading.
+        self._seq: Sequencer | None = None
+        self._publisher: Publisher | None = None
+        self._checkpoint: Checkpoint | None = None
+        self._state: Any = None
+        self._positions: dict[str, int] = {}
+        self._inputs: dict[str, _Input] = {}
+        self._dirty = False
+        self._last_refresh = 0.0
+        self._fenced: str | None = None
+        self._stopping = False
+        self._stop_event = threading.Event()
+
+    # ------------------------------------------------------------------ queries
+
+    def __repr__(self) -> str:
+        where = "" if self.shard is None else f", shard={self.shard}/{self.shards}"
+        return f"Consumer({self.client!r}, group={self.group!r}{where})"
+
+    @property
+    def fenced(self) -> bool:
+        """True once another instance of the group has committed over this one."""
+        return self._fenced is not None
+
+    @property
+    def checkpoint_seq(self) -> int:
+        """The number of the last checkpoint this instance wrote (0 before recovery)."""
+        return 0 if self._checkpoint is None else self._checkpoint.seq
+
+    @property
+    def state(self) -> Any:
+        """The group's state as the handler left it (committed at the next checkpoint)."""
+        return self._state
+
+    @property
+    def producer_id(self) -> bytes | None:
+        """The producer ID of this instance's outputs (a new one at each recovery)."""
+        return None if self._publisher is None else self._publisher.producer_id
+
+    @property
+    def journals(self) -> list[str]:
+        """The journals this consumer currently reads."""
+        return list(self._inputs)
+
+    @property
+    def positions(self) -> dict[str, int]:
+        """Per journal, the offset up to which messages have been read."""
+        out = dict(self._positions)
+        if self._seq is not None:
+            out.update(self._seq.offsets)
+        return out
+
+    # ----------------------------------------------------------------- recovery
+
+    def recover(self) -> int:
+        """Take over the group: write a recovery checkpoint over the latest one (fencing
+        out older instances), re-append its ACK intents, and load its offsets, producer
+        states and state. Returns the new checkpoint's number. `run()` calls it as needed."""
+        self._check_not_fenced()
+        self._close_inputs()
+        self._seq = None
+        ensure_group(self.client, self.group, self.shards)
+        journals = self._discover()
+        for _ in range(RECOVERY_ATTEMPTS):
+            latest = self._store.latest()
+            base = latest or Checkpoint(self.group, 0, shard=self.shard, shards=self.shards)
+            publisher = Publisher(self.client)
+            offsets = dict(base.offsets)
+            for journal in journals:
+                if journal not in offsets:
+                    offsets[journal] = self._start_offset(journal)
+            state = base.state if base.has_state else self._initial_state
+            state_json = self._encode_state(state)
+            cp = base.successor(
+                offsets=offsets,
+                state=state,
+                has_state=True,
+                reason="recover",
+                writer=publisher.producer_id,
+            )
+            if self._store.write(cp, cp.to_json(state_json)):
+                break
+            log.info("%r: checkpoint %d was taken by another instance; retrying", self, cp.seq)
+        else:
+            raise FencedOut(
+                f"{self!r} could not take over: other instances of the group committed"
+                f" {RECOVERY_ATTEMPTS} times while it recovered"
+            )
+        if cp.ack_intents:
+            log.info(
+                "%r: re-appending the ACK intents of checkpoint %d to %s",
+                self, cp.seq - 1, intents_journals(cp.ack_intents),
+            )
+        self._append_intents(cp.ack_intents)
+        # A fresh copy, typed as any later recovery would see it (tuples become lists...).
+        self._state = orjson.loads(state_json)
+        self._seq = Sequencer(cp.offsets, cp.producers, self._buffer)
+        self._positions = dict(cp.offsets)
+        self._inputs = {j: _Input(j, offsets[j]) for j in journals}
+        self._publisher = publisher
+        self._checkpoint = cp
+        self._dirty = False
+        self._last_refresh = time.monotonic()
+        self._stage("recovered")
+        return cp.seq
+
+    def _discover(self) -> list[str]:
+        if self._selector is None:
+            names = list(self._names)
+        else:
+            names = [spec.name for spec in self.client.list(self._selector)]
+        if self.shard is not None:
+            names = shard_journals(names, self.shard, self.shards)
+        return names
+
+    def _start_offset(self, journal: str) -> int:
+        return 0 if self.start == "beginning" else self.client.head(journal)
+
+    def _encode_state(self, state: Any) -> bytes:
+        try:
+            return orjson.dumps(state)
+        except TypeError as exc:
+            raise ConsumerError(
+                f"{self!r}: the state is not JSON-serialisable ({exc}): {_preview(state)}"
+            ) from exc
+
+    def _refresh_journals(self) -> None:
+        """Pick up journals newly matching the selector (and drop ones that stopped matching)."""
+        self._last_refresh = time.monotonic()
+        journals = self._discover()
+        wanted = set(journals)
+        for journal in [j for j in self._inputs if j not in wanted]:
+            self._inputs.pop(journal).close()
+        for journal in journals:
+            if journal not in self._inputs:
+                offset = self.positions.get(journal)
+                if offset is None:
+                    offset = self._positions[journal] = self._start_offset(journal)
+                    self._dirty = True
+                self._inputs[journal] = _Input(journal, offset)
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, *, until_idle: bool = False, max_transactions: int | None = None) -> int:
+        """Consume in transactions until `stop()` (or, with `until_idle`, until the journals
+        are drained, or after `max_transactions` commits); returns the commits made.
+
+        A handler or storage error aborts the open transaction (its outputs are never
+        committed) and is raised; calling `run()` again recovers from the last
+        checkpoint. A lost checkpoint race raises FencedOut for good.
+        """
+        self._check_not_fenced()
+        committed = 0
+        try:
+            while not self._stopping:
+                if self._seq is None:
+                    self.recover()
+                txn = self._begin()
+                try:
+                    self._fill(txn)
+                except BaseException:
+                    self._abort(rollback=True)
+                    raise
+                if txn.messages or self._dirty or self._publisher.pending_journals():  # type: ignore[union-attr]
+                    self._commit(txn)
+                    committed += 1
+                if max_transactions is not None and committed >= max_transactions:
+                    break
+                if txn._idle:
+                    if until_idle:
+                        break
+                    self._stop_event.wait(self.poll_interval)
+        finally:
+            self._stopping = False
+            self._stop_event.clear()
+        return committed
+
+    def stop(self) -> None:
+        """Ask `run()` (in another thread) to commit the open transaction and return."""
+        self._stopping = True
+        self._stop_event.set()
+
+    def _begin(self) -> Transaction:
+        if self._selector is not None and (
+            time.monotonic() - self._last_refresh >= self.refresh_interval
+        ):
+            self._refresh_journals()
+        for inp in self._inputs.values():
+            inp.exhausted = False  # look for new data at the head again
+        return Transaction(self, self.checkpoint_seq + 1, self.max_duration)
+
+    def _fill(self, txn: Transaction) -> None:
+        """Read and handle committed messages until the transaction is full or input is idle."""
+        handler = self._handler
+        if self._on_stage is not None:
+            user_handler, stage = handler, self._on_stage
+
+            def handler(env: Envelope, txn: Transaction) -> None:
+                stage("handler")
+                user_handler(env, txn)
+
+        max_messages = self.max_messages
+        seq = self._seq
+        assert seq is not None
+        for env in seq.sequence(self._feed(txn), self._replay):
+            if env.ids[2] == _ACK_TXN:
+                continue  # acknowledgements commit others; they are not delivered
+            handler(env, txn)
+            txn.messages += 1
+            if txn.messages >= max_messages:
+                txn._closing = True
+
+    def _feed(self, txn: Transaction) -> Iterator[Envelope]:
+        """Read-uncommitted envelopes, round robin over the inputs, `read_batch` at a time.
+
+        It stops, without reading ahead, as soon as the transaction is closing: the
+        Sequencer asks for an envelope only once its committed sequence is consumed,
+        so the transaction then ends with the Sequencer between sequences.
+        """
+        inputs = list(self._inputs.values())
+        batch = self._read_batch
+        deadline = txn.deadline
+        clock = time.monotonic
+        while True:
+            progressed = False
+            for inp in inputs:
+                if inp.exhausted:
+                    continue
+                it = inp.it
+                if it is None:
+                    it = inp.it = read_uncommitted(
+                        self.client, inp.journal, inp.offset, new_message=self._new_message
+                    )
+                pull = it.__next__
+                n = 0
+                while n < batch:
+                    if txn._closing or self._stopping or clock() >= deadline:
+                        txn._closing = True
+                        return
+                    try:
+                        env = pull()
+                    except StopIteration:
+                        inp.it = None
+                        inp.exhausted = True
+                        break
+                    inp.offset = env.end
+                    n += 1
+                    yield env
+                if n:
+                    progressed = True
+            if not progressed:
+                txn._idle = True
+                return
+
+    def _replay(self, journal: str, begin: int, end: int) -> Iterable[Envelope]:
+        return read_uncommitted(self.client, journal, begin, end=end, new_message=self._new_message)
+
+    # ------------------------------------------------------------------ commits
+
+    def _commit(self, txn: Transaction) -> None:
+        publisher = self._publisher
+        seq = self._seq
+        assert publisher is not None and seq is not None and self._checkpoint is not None
+        try:
+            if self._finalize is not None:
+                self._finalize(txn)
+            self._stage("finalized")
+            publisher.flush()
+            self._stage("flushed")
+            state_json = self._encode_state(self._state)
+        except BaseException:
+            self._abort(rollback=True)
+            raise
+        # From here on nothing is rolled back: checkpoint N+1 may exist even if writing
+        # it raised, and a rollback ACK would then discard outputs it commits.
+        try:
+            intents = publisher.build_ack_intents()
+            offsets, states = seq.checkpoint(self.prune_horizon)
+            positions = {**self._positions, **offsets}
+            cp = self._checkpoint.successor(
+                offsets=positions,
+                producers=states,
+                ack_intents=intents,
+                state=self._state,
+                has_state=True,
+                reason="commit",
+                writer=publisher.producer_id,
+            )
+            self._stage("checkpoint")
+            won = self._store.write(cp, cp.to_json(state_json))
+        except BaseException:
+            self._abort(rollback=False)
+            raise
+        if not won:
+            self._fenced = (
+                f"{self!r} is fenced out: checkpoint {self._store.path(cp.seq)} was written by"
+                " another instance of the group first; this instance publishes nothing more"
+                " (its uncommitted outputs are never acknowledged)"
+            )
+            log.warning("%s", self._fenced)
+            self._abort(rollback=False)
+            raise FencedOut(self._fenced)
+        self._checkpoint = cp
+        self._positions = positions
+        self._dirty = False
+        self._stage("checkpointed")
+        try:
+            self._append_intents(intents)
+        except BaseException:
+            self._abort(rollback=False)  # recovery re-appends them
+            raise
+        self._stage("committed")
+        keep = self.keep_checkpoints
+        if keep is not None and cp.seq % keep == 0:
+            try:
+                self._store.prune(keep)
+            except Exception as exc:  # only housekeeping: the next prune catches up
+                log.warning("%r: pruning old checkpoints failed: %s", self, exc)
+
+    def _append_intents(self, intents: Sequence[AckIntent]) -> None:
+        """Append ACK intents (concurrently across journals) and wait until all are durable."""
+        appends = []
+        for intent in intents:
+            append = self.client.start_append(intent.journal)
+            try:
+                append.write(intent.intent)
+            except BaseException:
+                append.abort()
+                raise
+            append.release()
+            appends.append(append)
+        for append in appends:
+            append.result()
+            self._stage("acked")
+
+    def _abort(self, *, rollback: bool) -> None:
+        """Drop the open transaction; `run()` recovers from the last checkpoint next time."""
+        publisher = self._publisher
+        self._close_inputs()
+        self._seq = None
+        self._publisher = None
+        if rollback and publisher is not None and publisher.pending_journals():
+            # Not needed for correctness (the next recovery uses a new producer ID, so
+            # these outputs are never acknowledged), but it lets readers drop them now.
+            try:
+                publisher.rollback()
+            except Exception as exc:
+                log.warning("%r: rolling back aborted outputs failed: %s", self, exc)
+
+    def _close_inputs(self) -> None:
+        for inp in self._inputs.values():
+            inp.close()
+
+    def _check_not_fenced(self) -> None:
+        if self._fenced is not None:
+            raise FencedOut(self._fenced)
+
+    def _stage(self, name: str) -> None:
+        if self._on_stage is not None:
+            self._on_stage(name)
+
+    def close(self) -> None:
+        """Close the open readers (an uncommitted transaction is simply abandoned)."""
+        self._close_inputs()
+        self._seq = None
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _preview(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
