@@ -93,17 +93,21 @@ def read_uncommitted(
     end: int | None = None,
     on_error: OnError = "raise",
     chunk_size: int = DEFAULT_CHUNK,
+    on_open: Callable[[Any], None] | None = None,
 ) -> Iterator[Envelope]:
     """Every message of `journal` from `offset` on, committed or not, with its byte range.
 
     Stops at the write head (or at `end`), or tails new appends with `block=True`
     until the generator is closed. Bad frames raise a FrameDecodeError naming the
-    journal and offsets, or are skipped with `on_error="skip"`.
+    journal and offsets, or are skipped with `on_error="skip"`. `on_open` receives
+    the JournalReader once opened: closing it from another thread ends a blocked read.
     """
     start = _resolve_offset(journal, offset)
     handler = _error_handler(on_error)
     framing = for_content_type(client.get(journal).content_type)
     reader = client.read(journal, start, block=block)
+    if on_open is not None:
+        on_open(reader)
     try:
         yield from decode_stream(
             framing,
@@ -141,6 +145,7 @@ def read_committed(
     include_acks: bool = False,
     on_error: OnError = "raise",
     chunk_size: int = DEFAULT_CHUNK,
+    on_open: Callable[[Any], None] | None = None,
 ) -> Iterator[Envelope]:
     """The committed messages of `journal` from `offset` on, each exactly once, in commit order.
 
@@ -163,6 +168,7 @@ def read_committed(
         block=block,
         on_error=on_error,
         chunk_size=chunk_size,
+        on_open=on_open,
     )
     try:
         committed = sequencer.sequence(uncommitted, _replayer(client, new_message, on_error))

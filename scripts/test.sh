@@ -2,5 +2,5 @@
 # Set up (or reuse) the virtual environment with the dev extras and run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-py="$(bash scripts/venv.sh dev)"
+py="$(bash scripts/venv.sh all,dev)"
 exec "$py" -m pytest -n 2 -q "$@"

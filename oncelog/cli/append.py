@@ -8,6 +8,7 @@ appended all or nothing; a bad frame stops the command before the chunk holding 
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 from dataclasses import dataclass, field
@@ -132,10 +133,10 @@ def _append_frames(
 
     new_message = new_message_for(framing.content_type)
     done = _Appended()
-    buf = bytearray()  # input from `buf_offset` not appended yet
+    buf = bytearray()  # input from `buf_offset` on, not appended yet
     buf_offset = 0
     checked = 0  # bytes of `buf` that are whole, valid frames
-    frames = 0  # frames among them
+    ends: list[int] = []  # input offsets where those frames end
     in_flight: AsyncAppend | None = None
 
     def submit(data: bytes, count: int) -> None:
@@ -176,12 +177,15 @@ def _append_frames(
             settle()
             raise click.ClickException(_invalid(name, framing, source, exc, done)) from None
         checked += result.consumed
-        frames += len(result.envelopes)
-        if checked and (checked >= chunk_size or eof):
-            submit(bytes(buf[:checked]), frames)
-            del buf[:checked]
-            buf_offset += checked
-            checked = frames = 0
+        ends.extend(env.end for env in result.envelopes)
+        # Append whole frames, up to `chunk_size` bytes at a time (one larger frame alone).
+        while ends and (checked >= chunk_size or eof):
+            count = bisect.bisect_right(ends, buf_offset + chunk_size) or 1
+            cut = ends[count - 1] - buf_offset
+            submit(bytes(buf[:cut]), count)
+            del buf[:cut], ends[:count]
+            buf_offset += cut
+            checked -= cut
         if eof:
             break
     settle()

@@ -68,10 +68,12 @@ _ACK_TXN = 2
 class Transaction:
     """One consumer transaction: its outputs, the group's state, and how far it has come."""
 
-    __slots__ = ("_consumer", "seq", "messages", "started", "deadline", "_closing", "_idle")
+    __slots__ = ("_consumer", "state", "seq", "messages", "started", "deadline", "_closing", "_idle")
 
-    def __init__(self, consumer: Consumer, seq: int, max_duration: float) -> None:
+    def __init__(self, consumer: Consumer, state: Any, seq: int, max_duration: float) -> None:
         self._consumer = consumer
+        self.state = state
+        """The group's JSON-serialisable state: mutate it, or assign a new one."""
         self.seq = seq
         """The checkpoint number this transaction commits as."""
         self.messages = 0
@@ -80,15 +82,6 @@ class Transaction:
         self.deadline = self.started + max_duration
         self._closing = False
         self._idle = False
-
-    @property
-    def state(self) -> Any:
-        """The group's JSON-serialisable state: mutate it, or assign a new one."""
-        return self._consumer._state
-
-    @state.setter
-    def state(self, value: Any) -> None:
-        self._consumer._state = value
 
     @property
     def group(self) -> str:
@@ -216,6 +209,7 @@ class Consumer:
         self._positions: dict[str, int] = {}
         self._inputs: dict[str, _Input] = {}
         self._dirty = False
+        self._unacked: list[AsyncAppend] | None = None  # None: no commit awaits its ACKs
         self._last_refresh = 0.0
         self._fenced: str | None = None
         self._stopping = False
@@ -371,6 +365,8 @@ class Consumer:
                 except BaseException:
                     self._abort(rollback=True)
                     raise
+                finally:
+                    self._state = txn.state
                 if txn.messages or self._dirty or self._publisher.pending_journals():  # type: ignore[union-attr]
                     self._commit(txn)
                     committed += 1
@@ -379,7 +375,9 @@ class Consumer:
                 if txn._idle:
                     if until_idle:
                         break
+                    self._await_acks()
                     self._stop_event.wait(self.poll_interval)
+            self._await_acks()
         finally:
             self._stopping = False
             self._stop_event.clear()
@@ -397,7 +395,7 @@ class Consumer:
             self._refresh_journals()
         for inp in self._inputs.values():
             inp.exhausted = False  # look for new data at the head again
-        return Transaction(self, self.checkpoint_seq + 1, self.max_duration)
+        return Transaction(self, self._state, self.checkpoint_seq + 1, self.max_duration)
 
     def _fill(self, txn: Transaction) -> None:
         """Read and handle committed messages until the transaction is full or input is idle."""
@@ -444,7 +442,7 @@ class Consumer:
                 pull = it.__next__
                 n = 0
                 while n < batch:
-                    if txn._closing or self._stopping or clock() >= deadline:
+                    if txn._closing or self._stopping or (not n & 63 and clock() >= deadline):
                         txn._closing = True
                         return
                     try:
@@ -474,10 +472,12 @@ class Consumer:
         try:
             if self._finalize is not None:
                 self._finalize(txn)
+            self._state = txn.state
             self._stage("finalized")
             publisher.flush()
             self._stage("flushed")
             state_json = self._encode_state(self._state)
+            self._await_acks()  # of the previous commit (pipelined with this transaction)
         except BaseException:
             self._abort(rollback=True)
             raise
@@ -515,11 +515,12 @@ class Consumer:
         self._dirty = False
         self._stage("checkpointed")
         try:
-            self._append_intents(intents)
+            # The ACKs are appended ahead of any output of the next transaction (appends
+            # to a journal keep their start order) and awaited at the next commit.
+            self._unacked = self._start_intents(intents)
         except BaseException:
             self._abort(rollback=False)  # recovery re-appends them
             raise
-        self._stage("committed")
         keep = self.keep_checkpoints
         if keep is not None and cp.seq % keep == 0:
             try:
@@ -529,6 +530,10 @@ class Consumer:
 
     def _append_intents(self, intents: Sequence[AckIntent]) -> None:
         """Append ACK intents (concurrently across journals) and wait until all are durable."""
+        self._unacked = self._start_intents(intents)
+        self._await_acks(commit=False)
+
+    def _start_intents(self, intents: Sequence[AckIntent]) -> list["AsyncAppend"]:
         appends = []
         for intent in intents:
             append = self.client.start_append(intent.journal)
@@ -539,9 +544,22 @@ class Consumer:
                 raise
             append.release()
             appends.append(append)
-        for append in appends:
-            append.result()
-            self._stage("acked")
+        return appends
+
+    def _await_acks(self, *, commit: bool = True) -> None:
+        """Wait until the last commit's ACK intents are durable: its outputs are then visible."""
+        appends, self._unacked = self._unacked, None
+        if appends is None:
+            return
+        try:
+            for append in appends:
+                append.result()
+                self._stage("acked")
+        except BaseException:
+            self._abort(rollback=False)  # recovery re-appends them
+            raise
+        if commit:
+            self._stage("committed")
 
     def _abort(self, *, rollback: bool) -> None:
         """Drop the open transaction; `run()` recovers from the last checkpoint next time."""
@@ -549,6 +567,7 @@ class Consumer:
         self._close_inputs()
         self._seq = None
         self._publisher = None
+        self._unacked = None
         if rollback and publisher is not None and publisher.pending_journals():
             # Not needed for correctness (the next recovery uses a new producer ID, so
             # these outputs are never acknowledged), but it lets readers drop them now.

@@ -271,7 +271,7 @@ class JournalClient:
     def _read_executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(4, thread_name_prefix="oncelog-read")
+                self._executor = ThreadPoolExecutor(8, thread_name_prefix="oncelog-read")
             return self._executor
 
     # -- garbage collection ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ wakes at once for appends of the same client) until data arrives or it is closed
 
 from __future__ import annotations
 
+import collections
 import io
 import threading
 from concurrent.futures import Executor, Future
@@ -20,7 +21,12 @@ from oncelog.journal.fragment import Codec, Fragment
 from oncelog.journal.index import JournalIndex
 from oncelog.journal.store import FragmentStore
 
-__all__ = ["JournalReader"]
+__all__ = ["JournalReader", "READ_AHEAD_FRAGMENTS", "READ_AHEAD_BYTES"]
+
+READ_AHEAD_FRAGMENTS = 8
+"""At most this many fragments are fetched ahead of a reader..."""
+READ_AHEAD_BYTES = 64 << 20
+"""...and no more than about this many bytes of them."""
 
 
 class JournalReader(io.RawIOBase):
@@ -58,7 +64,7 @@ class JournalReader(io.RawIOBase):
         self._chunk: memoryview = memoryview(b"")
         self._chunk_offset = 0
         self._pos = 0
-        self._ahead: tuple[Fragment, Future[bytes]] | None = None
+        self._ahead: collections.deque[tuple[Fragment, Future[bytes]]] = collections.deque()
         index.ensure_loaded()
         if offset == -1:
             offset = index.refresh()
@@ -160,28 +166,36 @@ class JournalReader(io.RawIOBase):
         self._read_ahead(fragment)
 
     def _take_ahead(self, fragment: Fragment) -> bytes | None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return None
-        if ahead[0] != fragment:
-            ahead[1].cancel()
-            return None
-        return ahead[1].result()
+        ahead = self._ahead
+        while ahead and ahead[0][0].begin < fragment.begin:
+            ahead.popleft()[1].cancel()
+        if ahead and ahead[0][0] == fragment:
+            return ahead.popleft()[1].result()
+        self._drop_ahead()
+        return None
 
     def _drop_ahead(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead[1].cancel()
+        while self._ahead:
+            self._ahead.popleft()[1].cancel()
 
     def _read_ahead(self, fragment: Fragment) -> None:
+        """Keep the next few whole fragments (up to READ_AHEAD_FRAGMENTS, READ_AHEAD_BYTES)
+        being fetched and verified in the background."""
         if self._executor is None:
             return
-        try:
-            nxt = self._index.locate(fragment.end)
-        except JournalError:
-            return
-        if nxt is not None and nxt.begin == fragment.end:
-            self._ahead = (nxt, self._executor.submit(self._store.read_fragment, nxt))
+        ahead = self._ahead
+        offset = ahead[-1][0].end if ahead else fragment.end
+        queued = sum(f.content_length for f, _ in ahead)
+        while len(ahead) < READ_AHEAD_FRAGMENTS and queued < READ_AHEAD_BYTES:
+            try:
+                nxt = self._index.locate(offset)
+            except JournalError:
+                return
+            if nxt is None or nxt.begin != offset:
+                return
+            ahead.append((nxt, self._executor.submit(self._store.read_fragment, nxt)))
+            queued += nxt.content_length
+            offset = nxt.end
 
     def __repr__(self) -> str:
         return f"JournalReader({self.journal!r}, offset={self.offset}, block={self.block})"
