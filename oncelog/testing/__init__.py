@@ -1,0 +1,39 @@
+"""Test your own pipelines with oncelog: strategies, a reference model, exactly-once checks.
+
+- `histories()` / `run_history()`: hypothesis histories of interleaved producers with
+  transactions, rollbacks, crashes and duplicated appends, performed with real Publishers.
+- `ReadCommittedModel`: what a correct read-committed reader must deliver.
+- `assert_exactly_once(inputs, outputs, key=...)`: every input once, nothing else.
+- `read_committed_with_restarts()`: a reader that crashes and resumes from checkpoints.
+- `json_messages()`, `json_documents()`, `csv_records()`: message strategies.
+- Fixtures for pytest (`oncelog.testing.fixtures`): temporary local stores and an S3
+  test server.
+"""
+
+from oncelog.testing.model import ExactlyOnceViolation, ReadCommittedModel, assert_exactly_once
+from oncelog.testing.strategies import (
+    Action,
+    HistoryRun,
+    Step,
+    csv_records,
+    histories,
+    json_documents,
+    json_messages,
+    read_committed_with_restarts,
+    run_history,
+)
+
+__all__ = [
+    "Action",
+    "ExactlyOnceViolation",
+    "HistoryRun",
+    "ReadCommittedModel",
+    "Step",
+    "assert_exactly_once",
+    "csv_records",
+    "histories",
+    "json_documents",
+    "json_messages",
+    "read_committed_with_restarts",
+    "run_history",
+]
