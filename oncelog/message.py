@@ -413,10 +413,15 @@ class ProtoMessage:
     def factory(cls, proto_class: type, uuid_field: str = "uuid") -> Callable[[bytes], "ProtoMessage"]:
         """A callable that parses a payload into `proto_class` and wraps it."""
 
+        cls(proto_class(), uuid_field)  # checks the UUID field once, not per payload
+        parse = proto_class.FromString
+        new = cls.__new__
+
         def new_message(payload: bytes) -> ProtoMessage:
-            proto = proto_class()
-            proto.ParseFromString(payload)
-            return cls(proto, uuid_field)
+            message = new(cls)
+            message.proto = parse(payload)
+            message.uuid_field = uuid_field
+            return message
 
         return new_message
 

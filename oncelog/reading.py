@@ -188,24 +188,10 @@ def checkpoint_after_dequeued(
     """`sequencer.checkpoint()`, counting the envelope it last yielded as processed.
 
     A Sequencer tightens its producer state past a dequeued envelope only when it
-    is stepped again; an iterator suspended at a yield has not been. Resuming
+    is stepped again, and an iterator suspended at a yield has not been: resuming
     from a plain checkpoint taken there would deliver that envelope once more.
-    Here its producer's last-ACK clock is raised to the envelope's clock, so a
-    resumed reader skips it (and, within a transaction, replays from it).
     """
-    offsets, states = sequencer.checkpoint(prune_horizon)
-    env = sequencer.dequeued
-    if env is None:
-        return offsets, states
-    producer, clock, _ = env.ids
-    if clock == 0:
-        return offsets, states  # nil UUIDs are not sequenced: nothing to tighten
-    fixed = []
-    for state in states:
-        if state.journal == env.journal and state.producer == producer and state.last_ack < clock:
-            state = ProducerState(state.journal, state.producer, clock, env.begin)
-        fixed.append(state)
-    return offsets, fixed
+    return sequencer.checkpoint(prune_horizon, dequeued_processed=True)
 
 
 def _clock_of(bound: TimeBound) -> int:

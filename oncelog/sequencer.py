@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -116,6 +117,19 @@ _COMMIT_OUTCOMES = frozenset(
 )
 
 
+# Members as module globals: reading `QueueOutcome.X` costs far more on the hot path.
+_OUTSIDE_ALREADY_ACKED = QueueOutcome.OUTSIDE_ALREADY_ACKED
+_OUTSIDE_COMMIT = QueueOutcome.OUTSIDE_COMMIT
+_CONTINUE_ALREADY_ACKED = QueueOutcome.CONTINUE_ALREADY_ACKED
+_CONTINUE_TXN_CLOCK_LARGER = QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
+_CONTINUE_BEGIN_SPAN = QueueOutcome.CONTINUE_BEGIN_SPAN
+_CONTINUE_EXTEND_SPAN = QueueOutcome.CONTINUE_EXTEND_SPAN
+_ACK_ROLLBACK = QueueOutcome.ACK_ROLLBACK
+_ACK_EMPTY = QueueOutcome.ACK_EMPTY
+_ACK_COMMIT_RING = QueueOutcome.ACK_COMMIT_RING
+_ACK_COMMIT_REPLAY = QueueOutcome.ACK_COMMIT_REPLAY
+
+
 @dataclass(slots=True, frozen=True)
 class ProducerState:
     """A producer's sequencing state in one journal, as kept in checkpoints.
@@ -173,7 +187,9 @@ class _Partial:
     offset of the first (or -1); ring_start..ring_stop link those still in the ring.
     """
 
-    __slots__ = ("journal", "producer", "min_clock", "max_clock", "begin", "ring_start", "ring_stop")
+    __slots__ = (
+        "journal", "producer", "min_clock", "max_clock", "begin", "ring_start", "ring_stop"
+    )
 
     def __init__(self, journal: str, producer: bytes, last_ack: int, begin: int) -> None:
         self.journal = journal
@@ -197,8 +213,10 @@ def _horizon_ns(prune_horizon: timedelta | float | int) -> int:
             prune_horizon.days * 86_400 + prune_horizon.seconds
         ) * 1_000_000_000 + prune_horizon.microseconds * 1_000
     elif isinstance(prune_horizon, (int, float)) and not isinstance(prune_horizon, bool):
-        if prune_horizon != prune_horizon:  # NaN
-            raise ValueError("prune_horizon must be a number of seconds, not NaN")
+        if not math.isfinite(prune_horizon):
+            raise ValueError(
+                f"prune_horizon must be a finite number of seconds, not {prune_horizon}"
+            )
         ns = round(prune_horizon * 1_000_000_000)
     else:
         raise TypeError(
@@ -285,9 +303,10 @@ class Sequencer:
         return self._size
 
     def has_pending(self) -> bool:
-        """True if a transaction was begun or extended since the last `checkpoint()`.
+        """True if a transaction begun since the last `checkpoint()` is still open.
 
-        Assuming producers are alive, it hints that more messages are coming.
+        Assuming producers are alive, it hints that more messages are coming, so
+        a consumer may wait for them before closing its own transaction.
         """
         return bool(self._pending)
 
@@ -301,7 +320,8 @@ class Sequencer:
                 f"replay_range(): the committed sequence of journal {emit.journal!r} has been"
                 " stepped through the ring; nothing is left to replay"
             )
-        return emit.journal, emit.begin, self._ring[emit.ring_start].begin  # type: ignore[union-attr]
+        end = self._ring[emit.ring_start].begin  # type: ignore[union-attr]
+        return emit.journal, emit.begin, end
 
     # ----------------------------------------------------------------- queueing
 
@@ -316,7 +336,94 @@ class Sequencer:
         o = self._owner[head]
         if o is not None and o.ring_start == head:
             self._evict_start(o, head)
-        return self._queue(env)
+
+        producer, clock, flags = env._ids or env.ids  # .ids without a property call
+        journal = env.journal
+        if clock:
+            try:
+                p = self._partials[journal][producer]
+            except KeyError:
+                p = self._partials.setdefault(journal, {})[producer] = _Partial(
+                    journal, producer, clock - 1, -1
+                )
+        else:
+            # Zero clock (the nil UUID): committed at once, never tracked.
+            p = _Partial(journal, producer, 0, -1)
+            flags = _OUTSIDE_TXN
+            clock = 1
+
+        if flags == _CONTINUE_TXN:
+            if clock <= p.max_clock:
+                self._offsets[journal] = env.end
+                if clock <= p.min_clock:
+                    return _CONTINUE_ALREADY_ACKED
+                return _CONTINUE_TXN_CLOCK_LARGER
+            if p.begin == -1:
+                outcome = _CONTINUE_BEGIN_SPAN
+                p.begin = env.begin
+                self._pending.add(p)
+            else:
+                outcome = _CONTINUE_EXTEND_SPAN
+            # Add at the head of the ring, linked after the span's last entry.
+            self._ring[head] = env
+            self._next[head] = -1
+            self._owner[head] = p
+            if p.ring_stop == -1:
+                p.ring_start = head
+            else:
+                self._next[p.ring_stop] = head
+            p.ring_stop = head
+            head += 1
+            self._head = 0 if head == self._size else head
+            p.max_clock = clock
+            self._offsets[journal] = env.end
+            return outcome
+
+        if flags == _ACK_TXN:
+            if clock <= p.min_clock:
+                if clock < p.min_clock:
+                    # An upstream consumer recovered an older checkpoint and re-sent
+                    # its ACKs: fall back to at-least-once for the interval, as
+                    # Gazette does, rather than never deliver what follows.
+                    self._warn(env, p, clock, flags, "ACK_TXN clock is less than the last ACK"
+                               " (loss of exactly-once semantics)", logging.ERROR)
+                # Roll back to this ACK, discarding any pending span.
+                p.min_clock = p.max_clock = clock
+                p.begin = p.ring_start = p.ring_stop = -1
+                self._pending.discard(p)
+                self._offsets[journal] = env.end
+                return _ACK_ROLLBACK
+            if p.begin == -1:
+                outcome = _ACK_EMPTY
+                self._add_at_head(env, p)
+                p.begin = env.begin
+            else:
+                start = p.ring_start
+                if start == -1 or p.begin != self._ring[start].begin:  # type: ignore[union-attr]
+                    outcome = _ACK_COMMIT_REPLAY  # all or part left the ring
+                else:
+                    outcome = _ACK_COMMIT_RING
+                self._add_at_head(env, p)
+        else:
+            if flags != _OUTSIDE_TXN:
+                self._warn(env, p, clock, flags, "unexpected UUID flags: handled as OUTSIDE_TXN")
+            if clock <= p.min_clock:
+                self._offsets[journal] = env.end
+                return _OUTSIDE_ALREADY_ACKED
+            if p.begin != -1:
+                self._warn(env, p, clock, flags, "OUTSIDE_TXN after a pending CONTINUE_TXN"
+                           " (mixed committed and uncommitted publishing?): rolled back")
+            outcome = _OUTSIDE_COMMIT
+            self._add_at_head(env, p)
+            # Any pending span is deliberately clobbered: an implicit rollback.
+            p.begin = env.begin
+            p.ring_start = p.ring_stop
+        # A commit, through `clock`: pending messages with larger clocks are dropped.
+        # Offsets move only once the sequence is stepped through, so that a
+        # sequencer recovered from a checkpoint taken meanwhile queues this again.
+        p.max_clock = clock
+        self._emit = p
+        return outcome
 
     def _raise_busy(self, what: str, env: Envelope | None = None) -> None:
         emit = self._emit
@@ -356,87 +463,6 @@ class Sequencer:
         head += 1
         self._head = 0 if head == self._size else head
 
-    def _queue(self, env: Envelope) -> QueueOutcome:
-        """Decide and apply the outcome of `env`; the head slot is already evicted."""
-        producer, clock, flags = env._ids or env.ids  # .ids without a property call
-        journal = env.journal
-        if clock:
-            by_producer = self._partials.get(journal)
-            if by_producer is None:
-                by_producer = self._partials[journal] = {}
-            p = by_producer.get(producer)
-            if p is None:
-                p = by_producer[producer] = _Partial(journal, producer, clock - 1, -1)
-        else:
-            # Zero clock (the nil UUID): committed at once, never tracked.
-            p = _Partial(journal, producer, 0, -1)
-            flags = _OUTSIDE_TXN
-            clock = 1
-
-        if flags == _CONTINUE_TXN:
-            if clock <= p.min_clock:
-                self._offsets[journal] = env.end
-                return QueueOutcome.CONTINUE_ALREADY_ACKED
-            if clock <= p.max_clock:
-                self._offsets[journal] = env.end
-                return QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
-            if p.begin == -1:
-                outcome = QueueOutcome.CONTINUE_BEGIN_SPAN
-                p.begin = env.begin
-                self._pending.add(p)
-            else:
-                outcome = QueueOutcome.CONTINUE_EXTEND_SPAN
-            self._add_at_head(env, p)
-            p.max_clock = clock
-            self._offsets[journal] = env.end
-            return outcome
-
-        if flags == _ACK_TXN:
-            if clock <= p.min_clock:
-                if clock < p.min_clock:
-                    # An upstream consumer recovered an older checkpoint and re-sent
-                    # its ACKs: fall back to at-least-once for the interval, as
-                    # Gazette does, rather than never deliver what follows.
-                    self._warn(env, p, clock, flags, "ACK_TXN clock is less than the last ACK"
-                               " (loss of exactly-once semantics)", logging.ERROR)
-                # Roll back to this ACK, discarding any pending span.
-                p.min_clock = p.max_clock = clock
-                p.begin = p.ring_start = p.ring_stop = -1
-                self._pending.discard(p)
-                self._offsets[journal] = env.end
-                return QueueOutcome.ACK_ROLLBACK
-            if p.begin == -1:
-                outcome = QueueOutcome.ACK_EMPTY
-                self._add_at_head(env, p)
-                p.begin = env.begin
-            else:
-                start = p.ring_start
-                if start == -1 or p.begin != self._ring[start].begin:  # type: ignore[union-attr]
-                    outcome = QueueOutcome.ACK_COMMIT_REPLAY  # all or part left the ring
-                else:
-                    outcome = QueueOutcome.ACK_COMMIT_RING
-                self._add_at_head(env, p)
-        else:
-            if flags != _OUTSIDE_TXN:
-                self._warn(env, p, clock, flags, "unexpected UUID flags: handled as OUTSIDE_TXN")
-            if clock <= p.min_clock:
-                self._offsets[journal] = env.end
-                return QueueOutcome.OUTSIDE_ALREADY_ACKED
-            if p.begin != -1:
-                self._warn(env, p, clock, flags, "OUTSIDE_TXN after a pending CONTINUE_TXN"
-                           " (mixed committed and uncommitted publishing?): rolled back")
-            outcome = QueueOutcome.OUTSIDE_COMMIT
-            self._add_at_head(env, p)
-            # Any pending span is deliberately clobbered: an implicit rollback.
-            p.begin = env.begin
-            p.ring_start = p.ring_stop
-        # A commit, through `clock`: pending messages with larger clocks are dropped.
-        # Offsets move only once the sequence is stepped through, so that a
-        # sequencer recovered from a checkpoint taken meanwhile queues this again.
-        p.max_clock = clock
-        self._emit = p
-        return outcome
-
     def _warn(
         self, env: Envelope, p: _Partial, clock: int, flags: int, what: str,
         level: int = logging.WARNING,
@@ -469,7 +495,8 @@ class Sequencer:
         ring = self._ring
         dequeued = self._dequeued
         if dequeued is None:
-            if self._replay_it is None and emit.begin != ring[emit.ring_start].begin:  # type: ignore[union-attr]
+            first = ring[emit.ring_start]
+            if self._replay_it is None and emit.begin != first.begin:  # type: ignore[union-attr]
                 journal, begin, end = self.replay_range()
                 raise SequencerError(
                     f"step(): a replay of journal {journal!r} offsets [{begin}, {end}) must be"
@@ -530,7 +557,7 @@ class Sequencer:
     # -------------------------------------------------------------- checkpoints
 
     def checkpoint(
-        self, prune_horizon: timedelta | float | int = 0
+        self, prune_horizon: timedelta | float | int = 0, *, dequeued_processed: bool = False
     ) -> tuple[dict[str, int], list[ProducerState]]:
         """Read-through offsets and producer states, from which a new Sequencer resumes.
 
@@ -538,6 +565,10 @@ class Sequencer:
         seconds; 0: never) relative to the newest ACK in their journal are
         forgotten. States come sorted by journal and producer. `has_pending()` is
         False afterwards.
+
+        Taken while an envelope is `dequeued`, the checkpoint (as Gazette's) has it
+        delivered again on resuming; with `dequeued_processed=True` it counts as
+        processed instead, and a sequencer resumed from it carries on after it.
         """
         horizon = _horizon_ns(prune_horizon)
         states: list[ProducerState] = []
@@ -551,8 +582,21 @@ class Sequencer:
             for producer, p in by_producer.items():
                 states.append(ProducerState(journal, producer, p.min_clock, p.begin))
         self._pending.clear()
+        offsets = dict(self._offsets)
+        dequeued, emit = self._dequeued, self._emit
+        if dequeued_processed and dequeued is not None and emit is not None:
+            last = emit.ring_start == -1 and self._replay_it is None
+            if last:  # the committing envelope: its sequence is done with
+                offsets[emit.journal] = dequeued.end
+            clock = self._dequeued_clock
+            if clock:
+                done = ProducerState(emit.journal, emit.producer, clock, -1 if last else emit.begin)
+                states = [
+                    done if (s.journal, s.producer) == (emit.journal, emit.producer) else s
+                    for s in states
+                ]
         states.sort(key=lambda s: (s.journal, s.producer))
-        return dict(self._offsets), states
+        return offsets, states
 
     # ------------------------------------------------------------------ batches
 
@@ -574,9 +618,8 @@ class Sequencer:
         self, envelopes: Iterable[Envelope], replay: ReplayFunc | None
     ) -> Iterator[Envelope]:
         # The common outcomes are inlined here; everything else goes through
-        # _queue and step. At every yield the sequencer is exactly as
-        # queue_uncommitted + step would leave it. `head` is cached locally and
-        # written back before anything else may read it.
+        # queue_uncommitted and step. At every yield the sequencer is exactly as
+        # queue_uncommitted + step would leave it. `head` mirrors self._head.
         ring, nxt, owner = self._ring, self._next, self._owner
         size = self._size
         offsets = self._offsets
@@ -585,140 +628,140 @@ class Sequencer:
         journal: str | None = None
         by_producer: dict[bytes, _Partial] = {}
         head = self._head
-        try:
-            for env in envelopes:
-                o = owner[head]  # evict at head, as queue_uncommitted does
-                if o is not None and o.ring_start == head:
-                    self._evict_start(o, head)
+        for env in envelopes:
+            o = owner[head]  # evict at head, as queue_uncommitted does
+            if o is not None and o.ring_start == head:
+                self._evict_start(o, head)
 
-                # Envelope.ids, without a property call when already parsed.
-                producer, clock, flags = env._ids or env.ids
-                if env.journal != journal:
-                    journal = env.journal
-                    by_producer = partials.get(journal)  # type: ignore[assignment]
-                    if by_producer is None:
-                        by_producer = partials[journal] = {}
-                p = by_producer.get(producer)
+            # Envelope.ids, without a property call when already parsed.
+            producer, clock, flags = env._ids or env.ids
+            if env.journal != journal:
+                journal = env.journal
+                by_producer = partials.get(journal)  # type: ignore[assignment]
+                if by_producer is None:
+                    by_producer = partials[journal] = {}
+            try:
+                p = by_producer[producer]
+            except KeyError:
+                p = None
 
-                if p is not None and clock:
-                    if flags == _CONTINUE_TXN:
-                        if clock > p.max_clock:  # CONTINUE_BEGIN_SPAN or _EXTEND_SPAN
-                            if p.begin == -1:
-                                p.begin = env.begin
-                                pending.add(p)
-                            ring[head] = env
-                            nxt[head] = -1
-                            owner[head] = p
-                            stop = p.ring_stop
-                            if stop == -1:
-                                p.ring_start = head
-                            else:
-                                nxt[stop] = head
-                            p.ring_stop = head
-                            head += 1
-                            if head == size:
-                                head = 0
-                            p.max_clock = clock
-                        # else CONTINUE_ALREADY_ACKED or CONTINUE_TXN_CLOCK_LARGER.
-                        offsets[journal] = env.end
-                        continue
-
-                    if flags == _OUTSIDE_TXN and p.begin == -1:
-                        if clock <= p.min_clock:  # OUTSIDE_ALREADY_ACKED
-                            offsets[journal] = env.end
-                            continue
-                        # OUTSIDE_COMMIT of a lone message, stepped at once.
+            if p is not None and clock:
+                if flags == _CONTINUE_TXN:
+                    if clock > p.max_clock:  # CONTINUE_BEGIN_SPAN or _EXTEND_SPAN
+                        if p.begin == -1:
+                            p.begin = env.begin
+                            pending.add(p)
                         ring[head] = env
                         nxt[head] = -1
                         owner[head] = p
+                        stop = p.ring_stop
+                        if stop == -1:
+                            p.ring_start = head
+                        else:
+                            nxt[stop] = head
                         p.ring_stop = head
-                        p.begin = env.begin
-                        p.max_clock = clock
                         head += 1
                         if head == size:
                             head = 0
                         self._head = head
+                        p.max_clock = clock
+                    # else CONTINUE_ALREADY_ACKED or CONTINUE_TXN_CLOCK_LARGER.
+                    offsets[journal] = env.end
+                    continue
+
+                if flags == _OUTSIDE_TXN and p.begin == -1:
+                    if clock <= p.min_clock:  # OUTSIDE_ALREADY_ACKED
+                        offsets[journal] = env.end
+                        continue
+                    # OUTSIDE_COMMIT of a lone message, stepped at once.
+                    ring[head] = env
+                    nxt[head] = -1
+                    owner[head] = p
+                    p.ring_stop = head
+                    p.begin = env.begin
+                    p.max_clock = clock
+                    head += 1
+                    if head == size:
+                        head = 0
+                    self._head = head
+                    self._emit = p
+                    self._dequeued = env
+                    self._dequeued_clock = clock
+                    yield env
+                    if self._dequeued is not env:
+                        self._raise_interfered()
+                    # The final step(): the sequence is drained.
+                    p.min_clock = clock
+                    p.begin = p.ring_stop = -1
+                    offsets[journal] = env.end
+                    self._emit = self._dequeued = None
+                    self._dequeued_clock = 0
+                    continue
+
+                if flags == _ACK_TXN:
+                    mn = p.min_clock
+                    if clock == mn:  # ACK_ROLLBACK
+                        p.max_clock = clock
+                        p.begin = p.ring_start = p.ring_stop = -1
+                        pending.discard(p)
+                        offsets[journal] = env.end
+                        continue
+                    start = p.ring_start
+                    if (
+                        clock > mn
+                        and start != -1
+                        and ring[start].begin == p.begin  # type: ignore[union-attr]
+                    ):
+                        # ACK_COMMIT_RING: add the ACK, then step its sequence.
+                        ring[head] = env
+                        nxt[head] = -1
+                        owner[head] = p
+                        nxt[p.ring_stop] = head
+                        p.ring_stop = head
+                        head += 1
+                        if head == size:
+                            head = 0
+                        self._head = head
+                        p.max_clock = clock
                         self._emit = p
-                        self._dequeued = env
-                        self._dequeued_clock = clock
-                        yield env
-                        if self._dequeued is not env:
-                            self._raise_interfered()
-                        # The final step(): the sequence is drained.
-                        p.min_clock = clock
-                        p.begin = p.ring_stop = -1
+                        i = start
+                        while i != -1:
+                            e: Envelope = ring[i]  # type: ignore[assignment]
+                            i = nxt[i]
+                            c = (e._ids or e.ids)[1]
+                            if c <= mn or c > clock:
+                                continue  # a duplicate, or not committed by this ACK
+                            p.ring_start = i
+                            p.begin = e.begin
+                            self._dequeued = e
+                            self._dequeued_clock = c
+                            yield e
+                            if self._dequeued is not e:
+                                self._raise_interfered()
+                            p.min_clock = mn = c
+                        p.max_clock = mn
+                        p.begin = p.ring_start = p.ring_stop = -1
+                        pending.discard(p)
                         offsets[journal] = env.end
                         self._emit = self._dequeued = None
                         self._dequeued_clock = 0
                         continue
 
-                    if flags == _ACK_TXN:
-                        mn = p.min_clock
-                        if clock == mn:  # ACK_ROLLBACK
-                            p.max_clock = clock
-                            p.begin = p.ring_start = p.ring_stop = -1
-                            pending.discard(p)
-                            offsets[journal] = env.end
-                            continue
-                        start = p.ring_start
-                        if (
-                            clock > mn
-                            and start != -1
-                            and ring[start].begin == p.begin  # type: ignore[union-attr]
-                        ):
-                            # ACK_COMMIT_RING: add the ACK, then step its sequence.
-                            ring[head] = env
-                            nxt[head] = -1
-                            owner[head] = p
-                            nxt[p.ring_stop] = head
-                            p.ring_stop = head
-                            head += 1
-                            if head == size:
-                                head = 0
-                            self._head = head
-                            p.max_clock = clock
-                            self._emit = p
-                            i = start
-                            while i != -1:
-                                e: Envelope = ring[i]  # type: ignore[assignment]
-                                i = nxt[i]
-                                c = (e._ids or e.ids)[1]
-                                if c <= mn or c > clock:
-                                    continue  # a duplicate, or not committed by this ACK
-                                p.ring_start = i
-                                p.begin = e.begin
-                                self._dequeued = e
-                                self._dequeued_clock = c
-                                yield e
-                                if self._dequeued is not e:
-                                    self._raise_interfered()
-                                p.min_clock = mn = c
-                            p.max_clock = mn
-                            p.begin = p.ring_start = p.ring_stop = -1
-                            pending.discard(p)
-                            offsets[journal] = env.end
-                            self._emit = self._dequeued = None
-                            self._dequeued_clock = 0
-                            continue
-
-                # Everything else: nil UUIDs, new producers, ACK_EMPTY, replays,
-                # rollbacks below the last ACK, unknown flags, mixed OUTSIDE_TXN.
-                self._head = head
-                outcome = self._queue(env)
-                head = self._head
-                if self._emit is None:
-                    continue
-                if outcome is QueueOutcome.ACK_COMMIT_REPLAY:
-                    j, begin, end = self.replay_range()
-                    if replay is None:
-                        raise ReplayRequired(j, begin, end)
-                    self._replay_it = iter(replay(j, begin, end))
-                while (committed := self.step()) is not None:
-                    yield committed
-                    if self._dequeued is not committed:
-                        self._raise_interfered()
-        finally:
-            self._head = head
+            # Everything else: nil UUIDs, new producers, ACK_EMPTY, replays,
+            # rollbacks below the last ACK, unknown flags, mixed OUTSIDE_TXN.
+            outcome = self.queue_uncommitted(env)  # (its eviction is now a no-op)
+            head = self._head
+            if self._emit is None:
+                continue
+            if outcome is _ACK_COMMIT_REPLAY:
+                j, begin, end = self.replay_range()
+                if replay is None:
+                    raise ReplayRequired(j, begin, end)
+                self._replay_it = iter(replay(j, begin, end))
+            while (committed := self.step()) is not None:
+                yield committed
+                if self._dequeued is not committed:
+                    self._raise_interfered()
 
     def _raise_interfered(self) -> None:
         raise SequencerError(

@@ -90,7 +90,9 @@ def test_errors_keep_their_fields_through_pickle() -> None:
         "unexpected character", what="malformed JSON frame", journal="logs/a", begin=1234,
         end=1290, data=b"{bad\n",
     )
-    assert str(err) == "journal logs/a: malformed JSON frame at offset 1234-1290: unexpected character"
+    assert str(err) == (
+        "journal logs/a: malformed JSON frame at offset 1234-1290: unexpected character"
+    )
     for original in (err, DesyncDetected("skipped 3", journal="j", begin=0, end=3, data=b"abc"),
                      TruncatedFrame("cut", data=b"x")):
         copy = pickle.loads(pickle.dumps(original))
@@ -166,3 +168,34 @@ def test_gc_pause_nests_across_threads_and_restores_the_collector() -> None:
         assert not gc.isenabled()  # a collector that was off stays off
     finally:
         gc.enable()
+
+
+def test_a_large_batch_is_promoted_to_the_oldest_generation(monkeypatch) -> None:
+    from oncelog.framing import base
+
+    monkeypatch.setattr(base, "PROMOTE_BATCH", 3)
+    data = b'{"a":1}\n' * 3
+    envelopes = JSON.decode(data, journal="j").envelopes
+    assert gc.isenabled()
+    young = {id(o) for o in gc.get_objects(generation=0)}
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(e) not in young and id(e) in oldest for e in envelopes)
+
+    small = JSON.decode(b'{"a":1}\n', journal="j").envelopes  # below the threshold
+    assert id(small[0]) not in {id(o) for o in gc.get_objects(generation=2)}
+
+
+def test_promotion_leaves_a_process_with_frozen_objects_alone(monkeypatch) -> None:
+    from oncelog.framing import base
+
+    monkeypatch.setattr(base, "PROMOTE_BATCH", 1)
+    keep = [[i] for i in range(10)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(keep)
+        JSON.decode(b'{"a":1}\n' * 2, journal="j")
+        assert gc.get_freeze_count() == frozen  # nothing of the process was unfrozen
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()

@@ -40,7 +40,8 @@ class Generator:
         return env
 
     def nil(self) -> Envelope:
-        env = Envelope(self.journal, self.offset, self.offset + 100, JSONMessage({"uuid": str(NIL_UUID)}))
+        msg = JSONMessage({"uuid": str(NIL_UUID)})
+        env = Envelope(self.journal, self.offset, self.offset + 100, msg)
         self.offset += 102
         return env
 
@@ -49,7 +50,7 @@ def queue(seq: Sequencer, *envs: Envelope) -> list[QueueOutcome]:
     return [seq.queue_uncommitted(e) for e in envs]
 
 
-def partial_state(seq: Sequencer, env_or_producer, journal: str = J) -> tuple[int, int, int, int, int]:
+def partial_state(seq: Sequencer, env_or_producer, journal: str = J) -> tuple[int, ...]:
     producer = env_or_producer if isinstance(env_or_producer, bytes) else env_or_producer.producer
     p = seq._partials[journal][producer]
     return (p.min_clock, p.max_clock, p.begin, p.ring_start, p.ring_stop)
@@ -156,7 +157,8 @@ def test_txn_sequence_cases(caplog):
     A, B = new_producer_id(), new_producer_id()
 
     # Sequence with internal duplicates, served from the ring.
-    a1, a2, a1_dup, a2_dup, a3_ack = gen(A, 1, CONT), gen(A, 2, CONT), gen(A, 1, CONT), gen(A, 2, CONT), gen(A, 3, ACK)
+    a1, a2, a1_dup, a2_dup = gen(A, 1, CONT), gen(A, 2, CONT), gen(A, 1, CONT), gen(A, 2, CONT)
+    a3_ack = gen(A, 3, ACK)
     assert queue(seq, a1, a2, a1_dup, a2_dup, a3_ack) == [
         Q.CONTINUE_BEGIN_SPAN,
         Q.CONTINUE_EXTEND_SPAN,
@@ -384,6 +386,24 @@ def test_zero_clock_with_producer_is_not_sequenced():
     assert partials(seq) == {}
 
 
+@pytest.mark.parametrize("api", ["call", "sequence"])
+def test_ack_with_the_clock_of_a_pending_message(api):
+    """Gazette: the ACK is then a duplicate of the message it commits, and is not delivered."""
+    gen = Generator()
+    A = new_producer_id()
+    a5, a5_ack, a6 = gen(A, 5, CONT), gen(A, 5, ACK), gen(A, 6, OUT)
+    seq = Sequencer(buffer=4)
+    if api == "call":
+        assert queue(seq, a5, a5_ack) == [Q.CONTINUE_BEGIN_SPAN, Q.ACK_COMMIT_RING]
+        assert seq.step() is a5
+        assert seq.step() is None
+    else:
+        assert seq.committed([a5, a5_ack]) == [a5]
+    assert seq.offsets == {J: a5_ack.end}  # read through the ACK all the same
+    assert partial_state(seq, A) == (5, 5, -1, -1, -1)
+    assert seq.committed([a5_ack, a6]) == [a6]  # and a re-read ACK rolls back to itself
+
+
 def test_producer_states_round_trip():
     gen = Generator()
     seq1 = Sequencer(buffer=12)
@@ -498,12 +518,49 @@ def test_producer_states_round_trip_during_dequeue():
     expect_deque(seq2, a5, a6_ack)
 
 
+def test_checkpoint_counting_the_dequeued_envelope_as_processed():
+    gen = Generator()
+    A = new_producer_id()
+    a1, a2, a3_ack = gen(A, 1, CONT), gen(A, 2, CONT), gen(A, 3, ACK)
+    a4, z = gen(A, 4, OUT), gen.nil()
+    seq = Sequencer(buffer=12)
+    assert queue(seq, a1, a2, a3_ack)[-1] is Q.ACK_COMMIT_RING
+    assert seq.step() is a1
+
+    # Mid-sequence: a1 is done with, the rest is replayed from a1 on resuming.
+    offsets, states = seq.checkpoint(dequeued_processed=True)
+    assert (offsets, states) == ({J: a2.end}, [ProducerState(J, A, 1, a1.begin)])
+    resumed = Sequencer(offsets, states)
+    assert resumed.queue_uncommitted(a3_ack) is Q.ACK_COMMIT_REPLAY
+    expect_replay(resumed, a1.begin, a3_ack.begin, a1, a2)
+    expect_deque(resumed, a2, a3_ack)
+    # Without the option, Gazette's checkpoint: a1 is delivered again.
+    assert seq.checkpoint() == ({J: a2.end}, [ProducerState(J, A, 0, a1.begin)])
+
+    # At the committing envelope: the same as the checkpoint once drained.
+    assert seq.step() is a2
+    assert seq.step() is a3_ack
+    processed = seq.checkpoint(dequeued_processed=True)
+    assert processed == ({J: a3_ack.end}, [ProducerState(J, A, 3, -1)])
+    assert seq.step() is None
+    assert seq.checkpoint() == processed
+
+    # A lone OUTSIDE_TXN message, and a nil UUID (whose producer is not tracked).
+    for env, state in [(a4, [ProducerState(J, A, 4, -1)]), (z, [ProducerState(J, A, 4, -1)])]:
+        assert seq.queue_uncommitted(env) is Q.OUTSIDE_COMMIT
+        assert seq.step() is env
+        assert seq.checkpoint(dequeued_processed=True) == ({J: env.end}, state)
+        assert seq.step() is None
+        assert seq.checkpoint() == ({J: env.end}, state)
+
+
 def test_producer_states_straddle_duplicate():
     gen = Generator()
     seq1 = Sequencer(buffer=12)
     A = new_producer_id()
     a1, a2, a3 = gen(A, 1, CONT), gen(A, 2, CONT), gen(A, 3, CONT)
-    a1_dup, a2_dup, a3_dup, a4_ack = gen(A, 1, CONT), gen(A, 2, CONT), gen(A, 3, CONT), gen(A, 4, ACK)
+    a1_dup, a2_dup, a3_dup = gen(A, 1, CONT), gen(A, 2, CONT), gen(A, 3, CONT)
+    a4_ack = gen(A, 4, ACK)
 
     assert queue(seq1, a1, a2, a3) == [
         Q.CONTINUE_BEGIN_SPAN,
@@ -592,7 +649,8 @@ def test_pruning_is_per_journal():
     ga, gb = Generator("a/journal"), Generator("b/journal")
     seq = Sequencer(buffer=4)
     P = new_producer_id()
-    old_a, new_a, only_b = ga(P, 10 << 4, OUT), ga(new_producer_id(), 1000 << 4, OUT), gb(P, 10 << 4, OUT)
+    old_a, new_a = ga(P, 10 << 4, OUT), ga(new_producer_id(), 1000 << 4, OUT)
+    only_b = gb(P, 10 << 4, OUT)
     for env in (old_a, new_a, only_b):
         assert seq.queue_uncommitted(env) is Q.OUTSIDE_COMMIT
         expect_deque(seq, env)
@@ -639,7 +697,8 @@ def test_replay_reader_errors_pass_through():
     [
         (
             lambda e: Envelope("wrong/journal", e.begin, e.end, e.message),
-            r"replay of wrong journal 'wrong/journal' \(expected 'test/journal', offsets \[102, 204\)\)",
+            r"replay of wrong journal 'wrong/journal'"
+            r" \(expected 'test/journal', offsets \[102, 204\)\)",
         ),
         (
             lambda e: Envelope(e.journal, e.begin - 1, e.end, e.message),
@@ -682,7 +741,8 @@ def test_queue_while_committed_messages_remain():
 
 def test_step_without_the_required_replay():
     seq, a2, a3_ack = _replay_error_setup()
-    with pytest.raises(SequencerError, match=r"replay of journal 'test/journal' offsets \[102, 204\) must be started"):
+    needed = r"replay of journal 'test/journal' offsets \[102, 204\) must be started"
+    with pytest.raises(SequencerError, match=needed):
         seq.step()
     # Nothing was lost: the replay can still be started.
     seq.start_replay([a2])
@@ -735,6 +795,8 @@ def test_bad_constructor_input():
         seq.checkpoint(timedelta(seconds=-1))
     with pytest.raises(TypeError, match="timedelta or seconds"):
         seq.checkpoint("1h")
+    with pytest.raises(ValueError, match="finite number of seconds"):
+        seq.checkpoint(float("nan"))
 
 
 def test_producer_state_dict_round_trip():
@@ -791,7 +853,8 @@ def test_sequence_state_at_each_yield_is_that_of_step():
     """Checkpoints taken while sequence() is suspended equal those of queue + step."""
     gen = Generator()
     A, B = new_producer_id(), new_producer_id()
-    envs = [gen(A, 1, OUT), gen(B, 1, CONT), gen(A, 2, OUT), gen(B, 2, CONT), gen(B, 3, ACK), gen(A, 3, OUT)]
+    envs = [gen(A, 1, OUT), gen(B, 1, CONT), gen(A, 2, OUT), gen(B, 2, CONT)]
+    envs += [gen(B, 3, ACK), gen(A, 3, OUT)]
     one, batch = Sequencer(buffer=8), Sequencer(buffer=8)
     it = iter(envs)
     stepped = []
@@ -825,6 +888,22 @@ def test_sequence_resumes_with_step_after_close():
     assert seq.step() is None
     assert seq.offsets == {J: a1.end}
     assert seq.committed([a2, a1, a3]) == [a2, a3]
+
+
+def test_abandoned_sequence_leaves_the_ring_alone():
+    """Closing a suspended sequence() after per-call use must not disturb the ring."""
+    gen = Generator()
+    A, B = new_producer_id(), new_producer_id()
+    a1, b1, b2 = gen(A, 1, OUT), gen(B, 1, CONT), gen(B, 2, CONT)
+    a2, b3_ack = gen(A, 2, OUT), gen(B, 3, ACK)
+    seq = Sequencer(buffer=3)
+    it = seq.sequence([a1])
+    assert next(it) is a1
+    assert seq.step() is None
+    assert queue(seq, b1, b2) == [Q.CONTINUE_BEGIN_SPAN, Q.CONTINUE_EXTEND_SPAN]
+    it.close()
+    assert seq._head == 0  # three envelopes in a ring of three
+    assert seq.committed([a2, b3_ack], lambda j, b, e: [b1]) == [a2, b1, b2, b3_ack]
 
 
 @pytest.mark.parametrize("buffer", [8, 1], ids=["ring", "replay"])

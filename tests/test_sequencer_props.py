@@ -106,7 +106,8 @@ def histories(draw) -> History:
                     conts = []
                     for i in range(n):
                         clock += 2
-                        conts.append(frame(clock, CONT, i < k, dup_until="end" if i < k else "resolve"))
+                        acked = i < k
+                        conts.append(frame(clock, CONT, acked, "end" if acked else "resolve"))
                     ack_clock = conts[k - 1].clock + 1
                     ack = frame(ack_clock, ACK, True, dup_until="next")
                     for c in conts[k:]:
@@ -151,7 +152,8 @@ def histories(draw) -> History:
         uuid = NIL_UUID if f.clock == 0 else build_uuid(f.producer, f.clock, f.flags)
         size = 10 + f.ident % 7
         begin = offsets[f.journal]
-        env = Envelope(f.journal, begin, begin + size, JSONMessage({"uuid": str(uuid), "f": f.ident}))
+        msg = JSONMessage({"uuid": str(uuid), "f": f.ident})
+        env = Envelope(f.journal, begin, begin + size, msg)
         offsets[f.journal] = begin + size + f.ident % 3  # some dead space between frames
         envelopes.append(env)
         by_journal[f.journal].append(env)
@@ -170,30 +172,36 @@ def replayer(history: History):
     return replay
 
 
-def run(history: History, buffer: int, crash_at: frozenset[int], api: str):
+def run(history: History, buffer: int, crash_at: frozenset[int], api: str, processed: bool = False):
     """Consume `history`, crashing at the numbered events; returns what was observed.
 
     Events are numbered across restarts: reading an envelope, and being handed a
-    committed one. A crash checkpoints first; the envelope in hand at that moment
-    was not processed (the checkpoint says it will be delivered again).
+    committed one. A crash checkpoints first. The envelope in hand at that moment
+    was not processed (the checkpoint says it will be delivered again) unless
+    `processed`: then it was, and the checkpoint counts it so.
     """
     replay = replayer(history)
     offsets: dict[str, int] = {}
     states: list = []
     output: list[Envelope] = []
     checkpoints = []
+    pending: list[bool] = []  # has_pending() at each event
+    done: list[Envelope] = []  # processed since the last restart
     event = 0
 
-    def tick() -> None:
+    def tick(env: Envelope | None = None) -> None:
         nonlocal event
         event += 1
+        pending.append(seq.has_pending())
         if event in crash_at:
+            if env is not None and processed:
+                done.append(env)
             raise Crash
 
     while True:
         seq = Sequencer(offsets, states, buffer)
         feed = [e for e in history.envelopes if e.begin >= offsets.get(e.journal, 0)]
-        processed: list[Envelope] = []
+        done = []
         try:
             if api == "call":
                 for env in feed:
@@ -202,8 +210,8 @@ def run(history: History, buffer: int, crash_at: frozenset[int], api: str):
                         seq.start_replay(replay(*seq.replay_range()))
                     while (committed := seq.step()) is not None:
                         assert seq.dequeued is committed
-                        tick()
-                        processed.append(committed)
+                        tick(committed)
+                        done.append(committed)
             else:
 
                 def reading():
@@ -213,23 +221,22 @@ def run(history: History, buffer: int, crash_at: frozenset[int], api: str):
 
                 for committed in seq.sequence(reading(), replay):
                     assert seq.dequeued is committed
-                    tick()
-                    processed.append(committed)
-            output += processed
-            return output, seq.checkpoint(), checkpoints
+                    tick(committed)
+                    done.append(committed)
+            output += done
+            return output, seq.checkpoint(), checkpoints, pending
         except Crash:
-            offsets, states = checkpoint = seq.checkpoint()
+            output += done
+            offsets, states = checkpoint = seq.checkpoint(dequeued_processed=processed)
             checkpoints.append(checkpoint)
-            output += processed
 
 
 def check_read_committed(history: History, output: list[Envelope]) -> None:
     got = collections.Counter((e.journal, e.message.doc["f"]) for e in output)
     duplicated = {k: n for k, n in got.items() if n > 1}
     assert not duplicated, f"delivered more than once: {duplicated}"
-    assert set(got) == history.expected, (
-        f"missing {sorted(history.expected - set(got))}, unexpected {sorted(set(got) - history.expected)}"
-    )
+    missing, unexpected = history.expected - set(got), set(got) - history.expected
+    assert not missing and not unexpected, f"missing {missing}, unexpected {unexpected}"
     last: dict[tuple[str, bytes], int] = {}
     for e in output:
         if e.clock:
@@ -243,16 +250,18 @@ def check_read_committed(history: History, output: list[Envelope]) -> None:
     history=histories(),
     buffer=st.one_of(st.integers(0, 6), st.just(64)),
     crash_at=st.frozensets(st.integers(1, 50), min_size=1, max_size=4),
+    processed=st.booleans(),
 )
-def test_read_committed_matches_reference_model(history, buffer, crash_at):
-    output, final, checkpoints = run(history, buffer, crash_at, "call")
+def test_read_committed_matches_reference_model(history, buffer, crash_at, processed):
+    output, final, checkpoints, pending = run(history, buffer, crash_at, "call", processed)
     check_read_committed(history, output)
 
     # sequence() is the same machine, step for step, crash for crash.
-    output2, final2, checkpoints2 = run(history, buffer, crash_at, "sequence")
+    output2, final2, checkpoints2, pending2 = run(history, buffer, crash_at, "sequence", processed)
     assert [id(e) for e in output2] == [id(e) for e in output]
     assert checkpoints2 == checkpoints
     assert final2 == final
+    assert pending2 == pending
 
 
 @settings(max_examples=100, deadline=None)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from oncelog.cli.params import STORAGE_OPTION, merge_storage_option
+from oncelog.cli.params import STORAGE_OPTION, merge_storage_option, parse_storage_option
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
@@ -49,14 +50,19 @@ class State:
     _client: JournalClient | None = None
 
     def options(self) -> dict[str, Any]:
-        """The fsspec storage options: the environment's S3 shorthands, then each
-        `--storage-option` in order (later ones win)."""
+        """The fsspec storage options: the S3 shorthands of the environment, then
+        ONCELOG_STORAGE_OPTIONS, then each `--storage-option` in order (later ones win)."""
         options: dict[str, Any] = {}
         if (self.store or "").startswith(("s3://", "s3a://")):
             if os.environ.get(ENV_S3_ENDPOINT):
                 options["endpoint_url"] = os.environ[ENV_S3_ENDPOINT]
             if os.environ.get(ENV_S3_REGION):
                 options["client_kwargs"] = {"region_name": os.environ[ENV_S3_REGION]}
+        for text in os.environ.get(ENV_STORAGE_OPTIONS, "").split():
+            try:
+                merge_storage_option(options, *parse_storage_option(text))
+            except ValueError as exc:
+                raise click.UsageError(f"{ENV_STORAGE_OPTIONS}: {exc}") from None
         for path, value in self.storage_options:
             merge_storage_option(options, path, value)
         return options
@@ -94,7 +100,9 @@ def _add_storage_options(ctx: click.Context, param: click.Parameter, value: Any)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_STORE_HELP = f"Journal store: a path, file:///dir, memory://name or s3://bucket/prefix [env {ENV_STORE}]."
+_STORE_HELP = (
+    f"Journal store: a path, file:///dir, memory://name or s3://bucket/prefix [env {ENV_STORE}]."
+)
 _OPTION_HELP = (
     "fsspec storage option KEY=VALUE (a string) or KEY:=JSON; dotted keys nest, "
     f"e.g. client_kwargs.region_name=eu-west-1. Repeatable [env {ENV_STORAGE_OPTIONS}]."
@@ -149,16 +157,28 @@ def _detach_stdout() -> None:
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
-    "--store", "-s", metavar="URL", envvar=ENV_STORE, expose_value=False, callback=_set_store,
+    "--store",
+    "-s",
+    metavar="URL",
+    envvar=ENV_STORE,
+    expose_value=False,
+    callback=_set_store,
     help=_STORE_HELP,
 )
 @click.option(
-    "--storage-option", "-o", "storage_options", type=STORAGE_OPTION, multiple=True,
-    envvar=ENV_STORAGE_OPTIONS, expose_value=False, callback=_add_storage_options,
+    "--storage-option",
+    "-o",
+    "storage_options",
+    type=STORAGE_OPTION,
+    multiple=True,
+    expose_value=False,
+    callback=_add_storage_options,
     help=_OPTION_HELP,
 )
 @click.option(
-    "--debug", is_flag=True, envvar="ONCELOG_DEBUG",
+    "--debug",
+    is_flag=True,
+    envvar="ONCELOG_DEBUG",
     help="Print a traceback with errors [env ONCELOG_DEBUG=1].",
 )
 @click.version_option(package_name="oncelog", prog_name="oncelog", message="%(prog)s %(version)s")
@@ -187,7 +207,9 @@ def describe_error(exc: BaseException) -> str:
     else:
         text = str(exc)
     text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-    if not text or not isinstance(exc, (JournalError, FramingError, ValueError, LookupError, OSError)):
+    if not text or not isinstance(
+        exc, (JournalError, FramingError, ValueError, LookupError, OSError)
+    ):
         name = type(exc).__name__
         text = f"{name}: {text}" if text else name
     return text

@@ -3,7 +3,8 @@
 The input is decoded with the journal's framing as it is read, and appended in chunks of
 whole frames, each chunk one append (so frames never straddle appends, and a concurrent
 writer's append can only land between whole frames). An input that fits in one chunk is
-appended all or nothing; a bad frame stops the command before the chunk holding it.
+appended all or nothing; after a bad frame nothing more is appended, and the error says
+what was appended before it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import bisect
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
@@ -35,11 +36,14 @@ _READ_BLOCK = 1 << 20
 @click.argument("name")
 @click.argument("file", type=click.File("rb"), default="-")
 @click.option(
-    "--raw", is_flag=True,
+    "--raw",
+    is_flag=True,
     help="Append the input as it is, unchecked, as one append (held in memory until written).",
 )
 @click.option(
-    "--chunk-size", type=SIZE, default=None,
+    "--chunk-size",
+    type=SIZE,
+    default=None,
     help="Input bytes per append, cut at frame boundaries [default: 8MiB or the fragment length].",
 )
 @store_options
@@ -53,6 +57,8 @@ def append(state: State, name: str, file: BinaryIO, raw: bool, chunk_size: int |
     client = state.client()
     spec = client.get(name)
     source = "stdin" if file.name in ("-", "<stdin>") else str(file.name)
+    if source == "stdin" and file.isatty():
+        notice(f"appending what you type to {name}; end with Ctrl-D")
     with progress(f"append {name}", total=_input_size(file)) as bar:
         if raw:
             appended = _append_raw(client, name, file, bar)
@@ -90,12 +96,15 @@ class _Appended:
         first, last = self.results[0], self.results[-1]
         count = len(self.results)
         size = f"{self.size} bytes" + (f" ({format_size(self.size)})" if self.size >= 1024 else "")
-        return f"{size} in {count} append{'s' if count != 1 else ''} at offsets {first.begin}-{last.end}"
+        appends = f"{count} append{'s' if count != 1 else ''}"
+        return f"{size} in {appends} at offsets {first.begin}-{last.end}"
 
     def summary(self, name: str) -> str:
         if not self.results:
             return f"nothing to append to {name}: the input is empty"
-        frames = "" if self.frames is None else f"{self.frames} frame{'s' if self.frames != 1 else ''}, "
+        frames = (
+            "" if self.frames is None else f"{self.frames} frame{'s' if self.frames != 1 else ''}, "
+        )
         return f"appended {frames}{self.where()} of journal {name}"
 
 
@@ -192,11 +201,12 @@ def _append_frames(
     return done
 
 
-def _invalid(name: str, framing: Framing, source: str, exc: FrameDecodeError, done: _Appended) -> str:
-    reason: Any = exc.reason
+def _invalid(
+    name: str, framing: Framing, source: str, exc: FrameDecodeError, done: _Appended
+) -> str:
     head = (
         f"invalid {framing.content_type} input for journal {name}: {exc.what} "
-        f"at byte {exc.begin} of {source}: {reason}"
+        f"at byte {exc.begin} of {source}: {exc.reason}"
     )
     if not done.results:
         return f"{head}; nothing was appended"

@@ -8,12 +8,19 @@ bytes. Committed reading runs these through a Sequencer, exactly as `read_commit
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from oncelog.framing import FrameDecodeError, Framing, RawPayload, decode_stream
-from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
+from oncelog.framing import (
+    CONTENT_TYPE_PROTOBUF_FIXED,
+    FrameDecodeError,
+    Framing,
+    RawPayload,
+    decode_stream,
+)
 from oncelog.message import (
     CSVRecord,
     Envelope,
@@ -87,7 +94,7 @@ def framed_envelopes(
     end: int | None = None,
     on_error: ErrorHandler | None = None,
     progress: Progress | None = None,
-) -> Iterator[Envelope]:
+) -> Generator[Envelope, None, None]:
     """Envelopes of `journal` from `offset` (to `end`, or the head, or forever with `block`),
     each message a `Framed` with its UUID fields already parsed. Bad frames and bad
     messages raise, or go to `on_error` and are skipped."""
@@ -128,7 +135,7 @@ def framed_envelopes(
             window_base = env.end
             out = Envelope(journal, env.begin, env.end, framed)
             try:
-                out.ids  # parse once, here, where the offsets are known
+                _ = out.ids  # parsed once, here, where the offsets are known for errors
             except (ValueError, TypeError) as exc:
                 bad = BadMessage(journal, env.begin, env.end, str(exc))
                 if on_error is None:
@@ -192,9 +199,9 @@ def _time(clock: int) -> str | None:
     if not clock:
         return None
     ns = clock_to_unix_ns(clock)
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    moment = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
+    moment = datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC)
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{ns % 1_000_000_000 // 100:07d}Z"
 
 
@@ -234,7 +241,8 @@ def format_json(env: Envelope) -> bytes:
 def _text(framed: Framed) -> str:
     if isinstance(framed.message, RawPayload):
         payload = framed.message.payload
-        return f"<{len(payload)}-byte payload {payload[:16].hex()}{'...' if len(payload) > 16 else ''}>"
+        more = "..." if len(payload) > 16 else ""
+        return f"<{len(payload)}-byte payload {payload[:16].hex()}{more}>"
     text = framed.raw.decode("utf-8", errors="backslashreplace").rstrip("\r\n")
     return text.replace("\r", "\\r").replace("\n", "\\n")
 

@@ -1,4 +1,4 @@
-"""Journal management commands: `journals create|list|describe|delete`, `fragments`, `head`, `gc`."""
+"""Journal management: `journals create|list|describe|delete`, `fragments`, `head`, `gc`."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import click
 
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.output import Column, notice, print_fields, print_table, progress, write_json
-from oncelog.cli.params import DURATION, LABEL, SIZE, format_duration, format_size
+from oncelog.cli.params import DURATION, LABEL, SIZE, format_duration, format_size, selector_option
 
 if TYPE_CHECKING:
     from oncelog.journal import Fragment, JournalSpec
 
-__all__ = ["journals", "require_confirmation", "spec_summary", "fragment_doc"]
+__all__ = ["journals", "require_confirmation", "fragment_doc"]
 
 FORMAT = click.Choice(["table", "json"])
 _COMPRESSION_NAMES = {".raw": "none", ".gz": "gzip", ".zst": "zstd"}
@@ -27,18 +27,15 @@ def require_confirmation(question: str, yes: bool, what: str) -> None:
     if yes:
         return
     if not sys.stdin.isatty():
-        raise click.UsageError(f"refusing to {what} without confirmation: stdin is not a terminal; pass --yes")
+        raise click.UsageError(
+            f"refusing to {what} without confirmation: stdin is not a terminal; pass --yes"
+        )
     if not click.confirm(question, default=False, err=True):
         raise click.ClickException(f"did not {what}: not confirmed")
 
 
 def _labels_text(spec: JournalSpec, skip: tuple[str, ...] = ()) -> str:
     return ", ".join(f"{k}={v}" for k, v in spec.labels if k not in skip) or "-"
-
-
-def spec_summary(spec: JournalSpec) -> dict[str, Any]:
-    """A journal spec as a JSON document."""
-    return spec.to_dict()
 
 
 def fragment_doc(fragment: Fragment) -> dict[str, Any]:
@@ -65,21 +62,33 @@ def journals() -> None:
 
 @journals.command("create")
 @click.argument("name")
-@click.option("--label", "-l", "labels", type=LABEL, multiple=True, help="A label NAME=VALUE; repeatable.")
 @click.option(
-    "--content-type", "-t", default=None,
-    help="Message framing: application/x-ndjson (default), text/csv or application/x-protobuf-fixed.",
+    "--label", "-l", "labels", type=LABEL, multiple=True, help="A label NAME=VALUE; repeatable."
 )
 @click.option(
-    "--compression", type=click.Choice(["none", "gzip", "zstd"]), default="none", show_default=True,
+    "--content-type",
+    "-t",
+    default=None,
+    help="Message framing: application/x-ndjson (default), text/csv or "
+    "application/x-protobuf-fixed.",
+)
+@click.option(
+    "--compression",
+    type=click.Choice(["none", "gzip", "zstd"]),
+    default="none",
+    show_default=True,
     help="Codec of the journal's fragments.",
 )
 @click.option(
-    "--fragment-length", type=SIZE, default=None,
+    "--fragment-length",
+    type=SIZE,
+    default=None,
     help="Roll fragments over at this size, e.g. 16MiB [default: 64MiB].",
 )
 @click.option(
-    "--flush-interval", type=DURATION, default=None,
+    "--flush-interval",
+    type=DURATION,
+    default=None,
     help="How long an append may wait for others to share its fragment, e.g. 100ms [default: 0s].",
 )
 @click.option("--owner-role", default=None, help="Owner role, e.g. producer.")
@@ -130,7 +139,9 @@ def create(
 
 @journals.command("list")
 @click.option(
-    "--selector", "-l", default="",
+    "--selector",
+    "-l",
+    default="",
     help="Gazette label selector, e.g. 'app=web, name:prefix=logs/'.",
 )
 @click.option("--format", "-f", "fmt", type=FORMAT, default="table", show_default=True)
@@ -138,9 +149,9 @@ def create(
 @pass_state
 def list_journals(state: State, selector: str, fmt: str) -> None:
     """List journals, optionally those matching a label selector."""
-    specs = state.client().list(_selector(selector))
+    specs = state.client().list(selector_option(selector))
     if fmt == "json":
-        write_json([spec_summary(s) for s in specs])
+        write_json([s.to_dict() for s in specs])
         return
     from oncelog.labels import CONTENT_TYPE
 
@@ -159,32 +170,32 @@ def list_journals(state: State, selector: str, fmt: str) -> None:
     )
 
 
-def _selector(text: str) -> Any:
-    """Parse a selector, as a usage error of --selector when it is bad."""
-    from oncelog.labels import parse_selector
-
-    try:
-        return parse_selector(text)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--selector'") from None
-
-
 @journals.command("describe")
 @click.argument("name")
 @click.option("--format", "-f", "fmt", type=FORMAT, default="table", show_default=True)
 @store_options
 @pass_state
 def describe(state: State, name: str, fmt: str) -> None:
-    """Show journal NAME's spec, write head and fragments."""
+    """Show journal NAME's spec, write head and fragments (a journal with fragments but no
+    spec, such as a Gazette fragment store, is described without one)."""
+    from oncelog.journal import JournalNotFound
+
     client = state.client()
-    spec = client.get(name)
+    head = client.head(name)  # fails for a journal with neither spec nor fragments
+    try:
+        spec: JournalSpec | None = client.get(name)
+    except JournalNotFound:
+        spec = None
     frags = client.fragments(name)
-    head = client.head(name)
     content = sum(f.content_length for f in frags)
     stored = sum(f.size or 0 for f in frags)
     begin = frags[0].begin if frags else head
     if fmt == "json":
-        doc = spec_summary(spec)
+        doc: dict[str, Any] = (
+            spec.to_dict()
+            if spec is not None
+            else {"name": name, "labels": None, "fragment": None, "owner": None}
+        )
         doc.update(
             head=head,
             begin=begin,
@@ -192,9 +203,14 @@ def describe(state: State, name: str, fmt: str) -> None:
         )
         write_json(doc)
         return
-    owner = spec.owner
-    print_fields(
-        [
+    if spec is None:
+        fields: list[tuple[str, Any]] = [
+            ("name", name),
+            ("spec", "none: fragments without an oncelog spec (a Gazette fragment store?)"),
+        ]
+    else:
+        owner = spec.owner
+        fields = [
             ("name", spec.name),
             ("labels", _labels_text(spec)),
             ("compression", spec.fragment.compression),
@@ -202,10 +218,15 @@ def describe(state: State, name: str, fmt: str) -> None:
             ("flush interval", format_duration(spec.fragment.flush_interval)),
             (
                 "owner",
-                "-" if owner is None
+                "-"
+                if owner is None
                 else f"role={owner.role or '-'} address={owner.address or '-'} "
                 f"description={owner.description or '-'}",
             ),
+        ]
+    print_fields(
+        [
+            *fields,
             ("offsets", f"{begin}-{head}"),
             ("head", head),
             ("fragments", len(frags)),
@@ -228,9 +249,11 @@ def delete(state: State, name: str, yes: bool) -> None:
         frags = client.fragments(name)
         size = format_size(sum(f.size or 0 for f in frags))
         require_confirmation(
-            f"Delete journal {name} and its {len(frags)} fragments ({size})?", yes, f"delete journal {name}"
+            f"Delete journal {name} and its {len(frags)} fragments ({size})?",
+            yes,
+            f"delete journal {name}",
         )
-    with progress(f"deleting {name}"):
+    with progress(f"deleting {name}", unit="none"):
         client.delete(name)
     notice(f"deleted journal {name}")
 
@@ -258,7 +281,15 @@ def fragments(state: State, name: str, fmt: str) -> None:
             "PATH",
         ],
         [
-            (d["begin"], d["end"], d["length"], d["stored_size"], d["compression"], d["mod_time"], d["path"])
+            (
+                d["begin"],
+                d["end"],
+                d["length"],
+                d["stored_size"],
+                d["compression"],
+                d["mod_time"],
+                d["path"],
+            )
             for d in docs
         ],
     )
@@ -275,10 +306,16 @@ def head(state: State, name: str) -> None:
 
 @cli.command("gc")
 @click.argument("names", metavar="[NAME]...", nargs=-1)
-@click.option("--selector", "-l", default=None, help="Also collect the journals matching this selector.")
 @click.option(
-    "--grace", type=DURATION, default="1h", show_default=True,
-    help="Leave unclaimed fragments younger than this (30s, 15m, 1h, 2d): a writer may still claim them.",
+    "--selector", "-l", default=None, help="Also collect the journals matching this selector."
+)
+@click.option(
+    "--grace",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    help="Leave unclaimed fragments younger than this (30s, 15m, 1h, 2d): their writer may "
+    "still claim them.",
 )
 @store_options
 @pass_state
@@ -290,7 +327,7 @@ def gc(state: State, names: tuple[str, ...], selector: str | None, grace: timede
     client = state.client()
     targets = list(dict.fromkeys(names))
     if selector is not None:
-        targets += [s.name for s in client.list(_selector(selector)) if s.name not in targets]
+        targets += [s.name for s in client.list(selector_option(selector)) if s.name not in targets]
     if not targets:
         raise click.UsageError("name a journal or give --selector")
     deleted: list[Fragment] = []
@@ -306,4 +343,3 @@ def gc(state: State, names: tuple[str, ...], selector: str | None, grace: timede
         f"gc: deleted {len(deleted)} unclaimed fragment{'s' if len(deleted) != 1 else ''} "
         f"({format_size(size)}) from {len(targets)} journal{'s' if len(targets) != 1 else ''}"
     )
-

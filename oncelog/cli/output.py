@@ -10,10 +10,11 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 
@@ -24,6 +25,7 @@ __all__ = [
     "notice",
     "warn",
     "write_json",
+    "Column",
     "print_table",
     "print_fields",
     "iso_time",
@@ -91,8 +93,8 @@ def progress(
     unit: str = "bytes",
     streams_stdout: bool = False,
 ) -> Iterator[Progress]:
-    """A transient progress bar on stderr for the duration of the block (`unit` is `bytes`
-    or `items`; `total=None` draws a pulsing bar)."""
+    """A transient progress bar on stderr for the duration of the block (`unit` is `bytes`,
+    `items` or `none`; `total=None` draws a pulsing bar)."""
     if not progress_allowed(streams_stdout=streams_stdout):
         yield Progress()
         return
@@ -108,31 +110,49 @@ def progress(
     )
     from rich.progress import Progress as RichProgress
 
+    columns: Sequence[Any] = ()
     if unit == "bytes":
-        columns: Sequence[Any] = (DownloadColumn(binary_units=True), TransferSpeedColumn())
-    else:
+        columns = (DownloadColumn(binary_units=True), TransferSpeedColumn())
+    elif unit == "items":
         columns = (MofNCompleteColumn(),)
+    console = Console(stderr=True)
     bar = RichProgress(
         TextColumn("{task.description}"),
         BarColumn(),
         TaskProgressColumn(),
         *columns,
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=console,
         transient=True,
     )
     with bar:
-        yield _RichProgress(bar, bar.add_task(description, total=total))
+        _live.append(console)
+        try:
+            yield _RichProgress(bar, bar.add_task(description, total=total))
+        finally:
+            _live.remove(console)
+
+
+_live: list[Any] = []
+"""The rich console drawing a progress bar right now, if any: messages go through it so they
+print above the bar instead of through it."""
+
+
+def _message(line: str) -> None:
+    if _live:
+        _live[-1].print(line, markup=False, highlight=False, soft_wrap=True)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 def notice(text: str) -> None:
     """A one-line status message on stderr (`oncelog: ...`)."""
-    print(f"oncelog: {text}", file=sys.stderr, flush=True)
+    _message(f"oncelog: {text}")
 
 
 def warn(text: str) -> None:
     """A one-line warning on stderr (`oncelog: warning: ...`)."""
-    print(f"oncelog: warning: {text}", file=sys.stderr, flush=True)
+    _message(f"oncelog: warning: {text}")
 
 
 def write_json(doc: Any) -> None:
@@ -166,8 +186,8 @@ def print_table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]]) 
         pad_edge=False,
         header_style="bold" if tty else "",
     )
-    for col in columns:
-        col = Column(col) if isinstance(col, str) else col
+    for spec in columns:
+        col = Column(spec) if isinstance(spec, str) else spec
         table.add_column(col.header, justify="right" if col.numeric else "left", no_wrap=not tty)
     for row in rows:
         table.add_row(*(Text("-" if v is None else str(v)) for v in row))
@@ -192,5 +212,5 @@ def iso_time(unix_seconds: float | None) -> str | None:
     """An ISO 8601 UTC time with millisecond precision, or None."""
     if unix_seconds is None:
         return None
-    moment = datetime.fromtimestamp(unix_seconds, tz=timezone.utc)
+    moment = datetime.fromtimestamp(unix_seconds, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -21,6 +21,7 @@ __all__ = [
     "parse_label",
     "parse_storage_option",
     "merge_storage_option",
+    "selector_option",
     "DURATION",
     "SIZE",
     "LABEL",
@@ -52,15 +53,19 @@ def parse_duration(text: str) -> timedelta:
 
 
 def format_duration(seconds: float) -> str:
-    """A short human form of a number of seconds: `0s`, `250ms`, `90s`, `2h`."""
-    if seconds == 0:
-        return "0s"
-    if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+    """A short form of a number of seconds that `parse_duration` reads back: `0s`, `250ms`,
+    `90s`, `2h`."""
+    if 0 < seconds < 1:
+        return f"{_plain(seconds * 1000)}ms"
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
+            return f"{_plain(seconds / size)}{unit}"
+    return f"{_plain(seconds)}s"
+
+
+def _plain(number: float) -> str:
+    """A number without exponent notation or trailing zeros."""
+    return f"{number:.6f}".rstrip("0").rstrip(".")
 
 
 _SIZE_UNITS = {
@@ -154,6 +159,16 @@ def merge_storage_option(options: dict[str, Any], path: list[str], value: Any) -
             )
         target = nested
     target[path[-1]] = value
+
+
+def selector_option(text: str) -> Any:
+    """A label selector given to `--selector`; a bad one is a usage error of that option."""
+    from oncelog.labels import parse_selector
+
+    try:
+        return parse_selector(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--selector'") from None
 
 
 class _Parsed(click.ParamType):

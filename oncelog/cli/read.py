@@ -12,9 +12,10 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -27,7 +28,7 @@ from oncelog.cli.frames import (
     table_header,
 )
 from oncelog.cli.output import Progress, progress, warn
-from oncelog.cli.params import DURATION
+from oncelog.cli.params import DURATION, selector_option
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
@@ -56,22 +57,42 @@ class _Plan:
 
 @cli.command("read")
 @click.argument("name", required=False)
-@click.option("--selector", "-l", default=None, help="Read every journal matching this label selector.")
-@click.option("--committed", "-c", is_flag=True, help="Only committed messages, each once (read-committed).")
-@click.option("--offset", type=click.IntRange(min=0), default=None, help="Start at this byte offset [default: 0].")
-@click.option("--head", "from_head", is_flag=True, help="Start at the write head (new messages only).")
+@click.option(
+    "--selector", "-l", default=None, help="Read every journal matching this label selector."
+)
+@click.option(
+    "--committed", "-c", is_flag=True, help="Only committed messages, each once (read-committed)."
+)
+@click.option(
+    "--offset",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Start at this byte offset [default: 0].",
+)
+@click.option(
+    "--head", "from_head", is_flag=True, help="Start at the write head (new messages only)."
+)
 @click.option("--follow", is_flag=True, help="Keep waiting for new messages (Ctrl-C to stop).")
 @click.option(
-    "--format", "-f", "fmt", type=click.Choice(sorted(FORMATTERS)), default="raw", show_default=True,
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(sorted(FORMATTERS)),
+    default="raw",
+    show_default=True,
     help="raw: frames as stored; json: one JSON object per message; table: aligned text.",
 )
 @click.option(
-    "--content-type", default=None,
+    "--content-type",
+    default=None,
     help="Framing of a journal with no oncelog spec (a Gazette fragment store).",
 )
 @click.option("--skip-errors", is_flag=True, help="Warn about bad frames on stderr and go on.")
 @click.option(
-    "--refresh", type=DURATION, default="10s", show_default=True,
+    "--refresh",
+    type=DURATION,
+    default="10s",
+    show_default=True,
     help="With --selector --follow: how often to look for new matching journals.",
 )
 @store_options
@@ -97,20 +118,16 @@ def read(
     if offset is not None and from_head:
         raise click.UsageError("--offset and --head exclude each other")
     if offset is not None and selector is not None:
-        raise click.UsageError("--offset applies to one journal: name it instead of using --selector")
+        raise click.UsageError(
+            "--offset applies to one journal: name it instead of using --selector"
+        )
     plan = _Plan(fmt, committed, follow, from_head, offset, content_type, skip_errors)
     client = state.client()
     out = sys.stdout.buffer
-    if fmt == "table":
-        out.write(table_header())
-        if follow:
-            out.flush()
     if name is not None:
         _read_one(client, name, plan, out)
     else:
-        from oncelog.cli.journals import _selector
-
-        sel = _selector(selector or "")
+        sel = selector_option(selector or "")
         if follow:
             _tail_all(client, sel, plan, out, refresh.total_seconds())
         else:
@@ -124,16 +141,27 @@ def _start(client: JournalClient, name: str, plan: _Plan) -> int:
     return plan.offset or 0
 
 
+def _begin_output(plan: _Plan, out: BinaryIO) -> None:
+    """Called once the journals to read are known to exist: the table header, if any."""
+    if plan.fmt == "table":
+        out.write(table_header())
+        if plan.follow:
+            out.flush()
+
+
 def _read_one(client: JournalClient, name: str, plan: _Plan, out: BinaryIO) -> None:
-    start = _start(client, name, plan)
+    head = client.head(name)  # fails first for an unknown journal
+    start = head if plan.from_head else plan.offset or 0
+    if start > head and not plan.follow:
+        raise click.ClickException(
+            f"offset {start} is past the write head {head} of journal {name}"
+        )
+    _begin_output(plan, out)
     if plan.follow:
         for data in _stream(client, name, plan, start, merged=False):
             out.write(data)
             out.flush()
         return
-    head = client.head(name)
-    if start > head:
-        raise click.ClickException(f"offset {start} is past the write head {head} of journal {name}")
     with progress(f"read {name}", total=head - start, streams_stdout=True) as bar:
         for data in _stream(client, name, plan, start, merged=False, bar=bar):
             out.write(data)
@@ -145,6 +173,7 @@ def _read_each(client: JournalClient, selector: Any, plan: _Plan, out: BinaryIO)
         warn(f"no journals match selector {str(selector)!r}")
         return
     starts = {s.name: _start(client, s.name, plan) for s in specs}
+    _begin_output(plan, out)
     with progress("read", streams_stdout=True) as bar:
         for spec in specs:
             bar.describe(f"read {spec.name}")
@@ -240,7 +269,9 @@ class _Failed:
     error: BaseException
 
 
-def _tail_all(client: JournalClient, selector: Any, plan: _Plan, out: BinaryIO, refresh: float) -> None:
+def _tail_all(
+    client: JournalClient, selector: Any, plan: _Plan, out: BinaryIO, refresh: float
+) -> None:
     """Tail every journal matching `selector` at once, one thread each, until interrupted."""
     pieces: queue.Queue[bytes | _Failed] = queue.Queue(maxsize=1024)
     tailed: set[str] = set()
@@ -259,9 +290,12 @@ def _tail_all(client: JournalClient, selector: Any, plan: _Plan, out: BinaryIO, 
             tailed.add(spec.name)
             # A journal that appears later is new since we started: read all of it.
             start = _start(client, spec.name, plan) if first else 0
-            threading.Thread(target=pump, args=(spec.name, start), daemon=True, name=f"tail {spec.name}").start()
+            threading.Thread(
+                target=pump, args=(spec.name, start), daemon=True, name=f"tail {spec.name}"
+            ).start()
 
     discover(True)
+    _begin_output(plan, out)
     if not tailed:
         warn(f"no journals match selector {str(selector)!r} yet; waiting for some")
     next_refresh = time.monotonic() + refresh

@@ -265,7 +265,9 @@ class CheckpointStore:
     def prune(self, keep: int) -> list[int]:
         """Delete all but the `keep` newest checkpoints; returns the deleted seqs."""
         if not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an int >= 1 (the latest checkpoint stays), not {keep!r}")
+            raise ValueError(
+                f"keep must be an int >= 1 (the latest checkpoint stays), not {keep!r}"
+            )
         doomed = self.seqs()[:-keep]
         for seq in doomed:
             self.client.delete_object(self.relative_path(seq))

@@ -68,7 +68,9 @@ _ACK_TXN = 2
 class Transaction:
     """One consumer transaction: its outputs, the group's state, and how far it has come."""
 
-    __slots__ = ("_consumer", "state", "seq", "messages", "started", "deadline", "_closing", "_idle")
+    __slots__ = (
+        "_consumer", "state", "seq", "messages", "started", "deadline", "_closing", "_idle"
+    )
 
     def __init__(self, consumer: Consumer, state: Any, seq: int, max_duration: float) -> None:
         self._consumer = consumer
@@ -85,6 +87,7 @@ class Transaction:
 
     @property
     def group(self) -> str:
+        """The consumer group this transaction commits for."""
         return self._consumer.group
 
     @property
@@ -94,7 +97,7 @@ class Transaction:
 
     def publish(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
         """Publish an output, uncommitted: readers see it once this transaction commits."""
-        return self._consumer._publisher.publish_uncommitted(mapping, msg)  # type: ignore[union-attr]
+        return self._consumer._publish(mapping, msg)
 
     def close(self) -> None:
         """Commit once the current committed input sequence is consumed (don't read more)."""
@@ -170,7 +173,9 @@ class Consumer:
             self._selector = None
             self._names = list(dict.fromkeys(journals))
             if not all(isinstance(j, str) for j in self._names):
-                raise TypeError(f"journals must be a label selector or a list of names: {journals!r}")
+                raise TypeError(
+                    f"journals must be a label selector or a list of names: {journals!r}"
+                )
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {handler!r}")
         if start not in ("beginning", "head"):
@@ -180,9 +185,22 @@ class Consumer:
         if keep_checkpoints is not None and (
             not isinstance(keep_checkpoints, int) or keep_checkpoints < 1
         ):
-            raise ValueError(f"keep_checkpoints must be None or an int >= 1, not {keep_checkpoints!r}")
+            raise ValueError(
+                f"keep_checkpoints must be None or an int >= 1, not {keep_checkpoints!r}"
+            )
         if not isinstance(read_batch, int) or read_batch < 1:
             raise ValueError(f"read_batch must be an int >= 1, not {read_batch!r}")
+        if not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"shards must be an int >= 1, not {shards!r}")
+        if not isinstance(shard, int) or not 0 <= shard < shards:
+            raise ValueError(f"shard must be an int in [0, {shards}), not {shard!r}")
+        horizon = (
+            prune_horizon.total_seconds() if isinstance(prune_horizon, timedelta) else prune_horizon
+        )
+        if isinstance(horizon, bool) or not isinstance(horizon, (int, float)) or not horizon >= 0:
+            raise ValueError(
+                f"prune_horizon must be a timedelta or seconds >= 0, not {prune_horizon!r}"
+            )
         self.shards = shards
         self.shard: int | None = None if shards == 1 else shard
         self._store = CheckpointStore(client, group, self.shard, shards)
@@ -209,7 +227,8 @@ class Consumer:
         self._positions: dict[str, int] = {}
         self._inputs: dict[str, _Input] = {}
         self._dirty = False
-        self._unacked: list[AsyncAppend] | None = None  # None: no commit awaits its ACKs
+        self._job: _CommitJob | None = None  # the commit in flight
+        self._gate: _CommitJob | None = None  # ... until its ACKs are started
         self._last_refresh = 0.0
         self._fenced: str | None = None
         self._stopping = False
@@ -349,9 +368,10 @@ class Consumer:
         """Consume in transactions until `stop()` (or, with `until_idle`, until the journals
         are drained, or after `max_transactions` commits); returns the commits made.
 
-        A handler or storage error aborts the open transaction (its outputs are never
-        committed) and is raised; calling `run()` again recovers from the last
-        checkpoint. A lost checkpoint race raises FencedOut for good.
+        On return every commit is complete (outputs visible). A handler or storage error
+        aborts the open transaction (its outputs are never committed) and is raised;
+        calling `run()` again recovers from the last checkpoint. Losing a checkpoint race
+        raises FencedOut, for good.
         """
         self._check_not_fenced()
         committed = 0
@@ -363,21 +383,23 @@ class Consumer:
                 try:
                     self._fill(txn)
                 except BaseException:
+                    self._state = txn.state
                     self._abort(rollback=True)
                     raise
-                finally:
-                    self._state = txn.state
-                if txn.messages or self._dirty or self._publisher.pending_journals():  # type: ignore[union-attr]
+                self._state = txn.state
+                publisher = self._publisher
+                assert publisher is not None
+                if txn.messages or self._dirty or publisher.pending_journals():
                     self._commit(txn)
                     committed += 1
                 if max_transactions is not None and committed >= max_transactions:
                     break
                 if txn._idle:
+                    self._await_commit()
                     if until_idle:
                         break
-                    self._await_acks()
                     self._stop_event.wait(self.poll_interval)
-            self._await_acks()
+            self._await_commit()
         finally:
             self._stopping = False
             self._stop_event.clear()
@@ -408,6 +430,8 @@ class Consumer:
                 user_handler(env, txn)
 
         max_messages = self.max_messages
+        deadline = txn.deadline
+        clock = time.monotonic
         seq = self._seq
         assert seq is not None
         for env in seq.sequence(self._feed(txn), self._replay):
@@ -415,7 +439,7 @@ class Consumer:
                 continue  # acknowledgements commit others; they are not delivered
             handler(env, txn)
             txn.messages += 1
-            if txn.messages >= max_messages:
+            if txn.messages >= max_messages or clock() >= deadline:
                 txn._closing = True
 
     def _feed(self, txn: Transaction) -> Iterator[Envelope]:
@@ -442,7 +466,11 @@ class Consumer:
                 pull = it.__next__
                 n = 0
                 while n < batch:
-                    if txn._closing or self._stopping or (not n & 63 and clock() >= deadline):
+                    # The deadline is checked every 64 envelopes read (and after each
+                    # message handled): a transaction always makes some progress.
+                    if txn._closing or self._stopping or (
+                        n and not n & 63 and clock() >= deadline
+                    ):
                         txn._closing = True
                         return
                     try:
@@ -463,9 +491,23 @@ class Consumer:
     def _replay(self, journal: str, begin: int, end: int) -> Iterable[Envelope]:
         return read_uncommitted(self.client, journal, begin, end=end, new_message=self._new_message)
 
+    def _publish(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
+        if self._gate is not None:
+            # The previous commit's ACKs must reach each journal before this transaction's
+            # outputs: an ACK drops the pending messages with larger clocks before it.
+            self._gate.wait_acks_started()
+            self._gate = None
+        publisher = self._publisher
+        if publisher is None:
+            self._check_not_fenced()
+            raise ConsumerError(f"{self!r}: the transaction was aborted; run() again to recover")
+        return publisher.publish_uncommitted(mapping, msg)
+
     # ------------------------------------------------------------------ commits
 
     def _commit(self, txn: Transaction) -> None:
+        """Close `txn` and start its commit, which completes in the background while the
+        next transaction reads (Gazette's pipelined commits)."""
         publisher = self._publisher
         seq = self._seq
         assert publisher is not None and seq is not None and self._checkpoint is not None
@@ -474,64 +516,78 @@ class Consumer:
                 self._finalize(txn)
             self._state = txn.state
             self._stage("finalized")
-            publisher.flush()
-            self._stage("flushed")
             state_json = self._encode_state(self._state)
-            self._await_acks()  # of the previous commit (pipelined with this transaction)
+            self._await_commit()  # the previous one: its seq must be taken first
         except BaseException:
             self._abort(rollback=True)
             raise
-        # From here on nothing is rolled back: checkpoint N+1 may exist even if writing
-        # it raised, and a rollback ACK would then discard outputs it commits.
-        try:
-            intents = publisher.build_ack_intents()
-            offsets, states = seq.checkpoint(self.prune_horizon)
-            positions = {**self._positions, **offsets}
-            cp = self._checkpoint.successor(
-                offsets=positions,
-                producers=states,
-                ack_intents=intents,
-                state=self._state,
-                has_state=True,
-                reason="commit",
-                writer=publisher.producer_id,
-            )
-            self._stage("checkpoint")
-            won = self._store.write(cp, cp.to_json(state_json))
-        except BaseException:
-            self._abort(rollback=False)
-            raise
-        if not won:
-            self._fenced = (
-                f"{self!r} is fenced out: checkpoint {self._store.path(cp.seq)} was written by"
-                " another instance of the group first; this instance publishes nothing more"
-                " (its uncommitted outputs are never acknowledged)"
-            )
-            log.warning("%s", self._fenced)
-            self._abort(rollback=False)
-            raise FencedOut(self._fenced)
+        intents = publisher.build_ack_intents()
+        offsets, states = seq.checkpoint(self.prune_horizon)
+        positions = {**self._positions, **offsets}
+        cp = self._checkpoint.successor(
+            offsets=positions,
+            producers=states,
+            ack_intents=intents,
+            state=self._state,
+            has_state=True,
+            reason="commit",
+            writer=publisher.producer_id,
+        )
         self._checkpoint = cp
         self._positions = positions
         self._dirty = False
+        job = _CommitJob(self, publisher, cp, cp.to_json(state_json), intents)
+        self._job = self._gate = job
+        job.start()
+
+    def _finish_commit(self, job: _CommitJob) -> None:
+        """The commit's I/O: outputs durable, then checkpoint N+1 only if absent, then ACKs."""
+        job.publisher.flush()
+        self._stage("flushed")
+        self._stage("checkpoint")
+        # From here on nothing may be rolled back: checkpoint N+1 may exist even if writing
+        # it raised, and a rollback ACK would then discard outputs it commits.
+        won = self._store.write(job.checkpoint, job.data)
+        if not won:
+            self._fenced = (
+                f"{self!r} is fenced out: checkpoint {self._store.path(job.checkpoint.seq)} was"
+                " written by another instance of the group first; this instance publishes"
+                " nothing more (its uncommitted outputs are never acknowledged)"
+            )
+            log.info("%s", self._fenced)
+            raise FencedOut(self._fenced)
         self._stage("checkpointed")
-        try:
-            # The ACKs are appended ahead of any output of the next transaction (appends
-            # to a journal keep their start order) and awaited at the next commit.
-            self._unacked = self._start_intents(intents)
-        except BaseException:
-            self._abort(rollback=False)  # recovery re-appends them
-            raise
+        # Started before the next transaction publishes anything (appends to a journal keep
+        # their start order), so each ACK lands ahead of that transaction's outputs.
+        appends = self._start_intents(job.intents)
+        job.acks_started.set()
+        for append in appends:
+            append.result()
+            self._stage("acked")
+        self._stage("committed")
         keep = self.keep_checkpoints
-        if keep is not None and cp.seq % keep == 0:
+        if keep is not None and job.checkpoint.seq % keep == 0:
             try:
                 self._store.prune(keep)
             except Exception as exc:  # only housekeeping: the next prune catches up
                 log.warning("%r: pruning old checkpoints failed: %s", self, exc)
 
+    def _await_commit(self) -> None:
+        """Wait for the commit in flight, if any; raise its error (aborting the consumer)."""
+        job = self._job
+        if job is None:
+            return
+        job.thread.join()
+        self._job = None
+        if job.error is not None:
+            self._abort(rollback=False)  # recovery re-appends what was checkpointed
+            raise job.error
+
     def _append_intents(self, intents: Sequence[AckIntent]) -> None:
         """Append ACK intents (concurrently across journals) and wait until all are durable."""
-        self._unacked = self._start_intents(intents)
-        self._await_acks(commit=False)
+        for append in self._start_intents(intents):
+            append.result()
+            self._stage("acked")
 
     def _start_intents(self, intents: Sequence[AckIntent]) -> list["AsyncAppend"]:
         appends = []
@@ -546,31 +602,28 @@ class Consumer:
             appends.append(append)
         return appends
 
-    def _await_acks(self, *, commit: bool = True) -> None:
-        """Wait until the last commit's ACK intents are durable: its outputs are then visible."""
-        appends, self._unacked = self._unacked, None
-        if appends is None:
-            return
-        try:
-            for append in appends:
-                append.result()
-                self._stage("acked")
-        except BaseException:
-            self._abort(rollback=False)  # recovery re-appends them
-            raise
-        if commit:
-            self._stage("committed")
-
     def _abort(self, *, rollback: bool) -> None:
         """Drop the open transaction; `run()` recovers from the last checkpoint next time."""
+        job, self._job, self._gate = self._job, None, None
+        if job is not None:
+            job.thread.join()  # never recover while our own commit may still write
+            if job.error is not None and not isinstance(job.error, FencedOut):
+                log.warning("%r: commit of checkpoint %d failed: %s", self, job.checkpoint.seq,
+                            job.error)
         publisher = self._publisher
         self._close_inputs()
         self._seq = None
         self._publisher = None
-        self._unacked = None
-        if rollback and publisher is not None and publisher.pending_journals():
+        if (
+            rollback
+            and self._fenced is None
+            and publisher is not None
+            and publisher.pending_journals()
+        ):
             # Not needed for correctness (the next recovery uses a new producer ID, so
             # these outputs are never acknowledged), but it lets readers drop them now.
+            # Only this transaction's outputs are pending: the last commit's were taken
+            # by build_ack_intents, and these exist only if that commit's ACKs went out.
             try:
                 publisher.rollback()
             except Exception as exc:
@@ -589,15 +642,62 @@ class Consumer:
             self._on_stage(name)
 
     def close(self) -> None:
-        """Close the open readers (an uncommitted transaction is simply abandoned)."""
-        self._close_inputs()
-        self._seq = None
+        """Wait for a commit in flight, then close the readers (an open, uncommitted
+        transaction is abandoned: its outputs are never acknowledged)."""
+        try:
+            self._await_commit()
+        finally:
+            self._close_inputs()
+            self._seq = None
+            self._publisher = None
 
     def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _CommitJob:
+    """A commit completing on its own thread: outputs durable → checkpoint → ACK intents."""
+
+    __slots__ = ("publisher", "checkpoint", "data", "intents", "acks_started", "error", "thread")
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        publisher: Publisher,
+        checkpoint: Checkpoint,
+        data: bytes,
+        intents: list[AckIntent],
+    ) -> None:
+        self.publisher = publisher
+        self.checkpoint = checkpoint
+        self.data = data
+        self.intents = intents
+        self.acks_started = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(consumer,), name=f"oncelog-commit:{checkpoint.group}",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self, consumer: Consumer) -> None:
+        try:
+            consumer._finish_commit(self)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer's thread
+            self.error = exc
+        finally:
+            self.acks_started.set()
+
+    def wait_acks_started(self) -> None:
+        """Block until the ACKs are on their way; raise the commit's error if it failed."""
+        self.acks_started.wait()
+        if self.error is not None:
+            raise self.error
 
 
 def _preview(value: Any, limit: int = 120) -> str:

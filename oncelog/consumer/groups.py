@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Literal
 
 from oncelog.consumer.checkpoint import (
     Checkpoint,
-    CheckpointStore,
     ConsumerError,
     GroupInfo,
     delete_group_info,
@@ -82,6 +81,7 @@ class GroupStatus:
 
     @property
     def lag(self) -> int:
+        """Total bytes behind, over all shards."""
         return sum(m.lag for m in self.members)
 
 
@@ -150,7 +150,9 @@ def reset_group(
         latest = store.latest()
         base = latest or Checkpoint(group, 0, shard=store.shard, shards=store.shards)
         names = set(base.offsets)
-        names.update(j for j in extra if store.shard is None or shard_of(j, info.shards) == store.shard)
+        names.update(
+            j for j in extra if store.shard is None or shard_of(j, info.shards) == store.shard
+        )
         offsets = {j: 0 if to == "beginning" else client.head(j) for j in sorted(names)}
         cp = base.successor(
             offsets=offsets,

@@ -1,21 +1,35 @@
 """Splitting a consumer group's journals among shards by rendezvous hashing.
 
-Journal `j` belongs to the shard `i` maximising `fnv1a32(j) ^ fnv1a32("shard-%03d" % i)`
-(the lowest index wins ties), as oncelog.mapping's rendezvous mapping chooses a
-partition: each shard's set is stable, and adding journals moves no others.
+Journal `j` belongs to the shard `i` with the highest score
+`mix32(fnv1a32(j) ^ fnv1a32("shard-%03d" % i))` (the lowest index wins ties). It is
+rendezvous (highest-random-weight) hashing: each journal's shard is stable, and going
+from N to N+1 shards moves journals only to the new shard. `mix32` (MurmurHash3's
+finaliser) spreads FNV's similar hashes of similar names, which a bare XOR would
+leave unbalanced (`part-000`..`part-005` would mostly land on one shard).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from oncelog.mapping import fnv1a32
 
-__all__ = ["shard_of", "shard_journals"]
+__all__ = ["shard_of", "shard_journals", "mix32"]
 
 
-def _shard_hashes(shards: int) -> list[int]:
-    return [fnv1a32(f"shard-{i:03d}".encode()) for i in range(shards)]
+def mix32(h: int) -> int:
+    """MurmurHash3's 32-bit finaliser: every input bit affects every output bit."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+@lru_cache(maxsize=64)
+def _shard_hashes(shards: int) -> tuple[int, ...]:
+    return tuple(fnv1a32(f"shard-{i:03d}".encode()) for i in range(shards))
 
 
 def shard_of(journal: str, shards: int) -> int:
@@ -25,7 +39,7 @@ def shard_of(journal: str, shards: int) -> int:
     key = fnv1a32(journal.encode("utf-8"))
     best, best_score = 0, -1
     for i, h in enumerate(_shard_hashes(shards)):
-        score = key ^ h
+        score = mix32(key ^ h)
         if score > best_score:
             best, best_score = i, score
     return best

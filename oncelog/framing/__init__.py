@@ -6,7 +6,7 @@
 | --- | --- |
 | `application/x-ndjson` | one JSON object per `\\n`-terminated line (JSONFraming) |
 | `text/csv` | one RFC 4180 record, quoted newlines allowed (CSVFraming) |
-| `application/x-protobuf-fixed` | `66 33 93 36`, 4-byte little-endian length, protobuf payload (FixedFraming) |
+| `application/x-protobuf-fixed` | `66 33 93 36`, little-endian length, payload (FixedFraming) |
 """
 
 from oncelog.framing.base import (

@@ -20,6 +20,7 @@ from oncelog.framing.base import (
     EncodeError,
     MalformedFrame,
     TruncatedFrame,
+    batch_built,
     build_envelopes,
     frame_offsets,
     gc_paused,
@@ -124,6 +125,7 @@ class CSVFraming:
                     envelopes, used = _decode_records(
                         journal, data, base, lines, offsets, factory, bad_utf8
                     )
+                batch_built(len(envelopes))
             consumed = offsets[used] - base
 
         rest = len(data) - consumed

@@ -22,6 +22,7 @@ from oncelog.framing.base import (
     EncodeError,
     MalformedFrame,
     TruncatedFrame,
+    batch_built,
     gc_paused,
     snippet,
 )
@@ -102,10 +103,11 @@ def _seekable(reader: BinaryIO) -> bool:
 def unpack_fixed_frame(reader: BinaryIO) -> bytes:
     """The next whole fixed frame of `reader`, header included; `b""` at a clean end of data.
 
-    On a bad magic word it discards through to the next magic word (or the end of
-    data, but for a trailing start of a magic word) and raises DesyncDetected whose `.skipped` holds the discarded bytes;
-    the next call continues in sync. A frame cut short by the end of data raises
-    TruncatedFrame. As in Gazette, a lone `\\n` at the end of data is a clean end.
+    On a bad magic word it discards through to the next magic word (or to the end
+    of data, but for a trailing start of a magic word) and raises DesyncDetected
+    whose `.skipped` holds the discarded bytes; the next call continues in sync.
+    A frame cut short by the end of data raises TruncatedFrame. As in Gazette, a
+    lone `\\n` at the end of data is a clean end.
 
     `reader` is seekable (io.BytesIO, a file, io.BufferedReader over a file) or
     has `peek()` (io.BufferedReader over a pipe). A seekable reader is always
@@ -339,6 +341,7 @@ class FixedFraming:
                     ) from exc
                 append(Envelope(journal, base + pos, base + end, message))
                 pos = end
+            batch_built(len(envelopes))
 
         rest = n - pos
         if not rest:

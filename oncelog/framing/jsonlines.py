@@ -16,6 +16,7 @@ from oncelog.framing.base import (
     EncodeError,
     MalformedFrame,
     TruncatedFrame,
+    batch_built,
     build_envelopes,
     frame_offsets,
     gc_paused,
@@ -99,7 +100,7 @@ class JSONFraming:
         """Decode every complete line of `buf` (see `Framing.decode`)."""
         data = bytes(buf) if isinstance(buf, memoryview) else buf
         cut = data.rfind(b"\n") + 1
-        tail = data[cut:]
+        partial = len(data) - cut
         if not cut:
             lines = []
         elif b"\r" in data:  # splitlines() would also split at a lone \r
@@ -108,7 +109,7 @@ class JSONFraming:
             lines = list(map(add, lines, repeat(b"\n")))
         else:
             lines = data.splitlines(keepends=True)  # each line with its \n
-            if tail:
+            if partial:
                 lines.pop()
         factory = new_message or self.new_message
 
@@ -134,6 +135,7 @@ class JSONFraming:
                     reason = f"{type(error).__name__}: {error}"
             offsets = frame_offsets(map(len, lines), base)
             envelopes = build_envelopes(journal, offsets, messages)
+            batch_built(len(envelopes))
 
         if limit is not None:
             bad_line = bytes(lines[limit])
@@ -146,9 +148,10 @@ class JSONFraming:
                 data=bad_line,
                 envelopes=envelopes,
             ) from cause
-        if final and tail:
+        if final and partial:
+            tail = data[cut:]
             raise TruncatedFrame(
-                f"data ends inside a JSON line of {len(tail)} bytes with no newline: "
+                f"data ends inside a JSON line of {partial} bytes with no newline: "
                 f"{snippet(tail)}",
                 what="truncated JSON frame",
                 journal=journal,

@@ -19,7 +19,8 @@ import random
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from time import monotonic as _monotonic
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Callable
 
@@ -28,7 +29,7 @@ from oncelog.journal.errors import (
     JournalError,
 )
 from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
-from oncelog.journal.index import JournalIndex
+from oncelog.journal.index import ClaimsIndex
 from oncelog.journal.spec import FragmentSpec
 from oncelog.journal.store import Claim, FragmentStore
 
@@ -40,11 +41,12 @@ _MIN_PENDING_LIMIT = 16 << 20
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where an append landed: journal bytes [begin, end)."""
+    """Where an append landed: journal bytes [begin, end) (`journal` is informative and
+    left out of comparisons, so `AppendResult(0, 5)` equals a result of any journal)."""
 
     begin: int
     end: int
-    journal: str = ""
+    journal: str = field(default="", compare=False)
 
 
 class _Batch:
@@ -62,7 +64,8 @@ class _Batch:
         self.sealed = False
 
 
-_OPEN, _RELEASED, _ABORTED = 0, 1, 2
+# AsyncAppend._end doubles as its state: these negative values until it is released.
+_OPEN, _ABORTED = -1, -2
 
 
 class AsyncAppend:
@@ -70,14 +73,14 @@ class AsyncAppend:
     `result`. Between `start_append` and `release` it holds the journal's write lock, so keep
     that span short and release from the thread that started it."""
 
-    __slots__ = ("_appender", "_batch", "_begin", "_end", "_state")
+    __slots__ = ("_appender", "_batch", "_buf", "_begin", "_end")
 
     def __init__(self, appender: Appender, batch: _Batch, begin: int) -> None:
         self._appender = appender
         self._batch = batch
+        self._buf = batch.buf
         self._begin = begin
-        self._end = begin
-        self._state = _OPEN
+        self._end = _OPEN
 
     @property
     def journal(self) -> str:
@@ -85,37 +88,50 @@ class AsyncAppend:
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Add bytes to this append; returns their count."""
-        if self._state != _OPEN:
+        if self._end != _OPEN:
             raise JournalError(f"write to an append of journal {self.journal!r} already released")
-        self._batch.buf += data
+        self._buf += data
         return len(data)
 
     def release(self) -> None:
         """Finish writing: the append is queued for its fragment and the lock is let go."""
-        if self._state != _OPEN:
+        if self._end != _OPEN:
             raise JournalError(f"append to journal {self.journal!r} released twice")
-        self._appender._release(self)
+        # The hot path of every append: kept inline, touching as little as possible.
+        batch = self._batch
+        self._end = len(self._buf)
+        appender = self._appender
+        appends = batch.appends
+        if not appends:
+            batch.created = _monotonic()
+        batch.appends = appends + 1
+        if appender._seal_requested:
+            appender._hand_over()
+            return
+        appender._write_lock.release()
+        if not appends:
+            appender._wake()
 
     def abort(self) -> None:
         """Drop the bytes written so far and let the lock go; `result()` then raises."""
-        if self._state != _OPEN:
+        if self._end != _OPEN:
             raise JournalError(f"append to journal {self.journal!r} already released")
         self._appender._abort(self)
 
     def done(self) -> bool:
         """Whether the append is durable (or failed)."""
-        return self._state != _OPEN and (self._state == _ABORTED or self._batch.event.is_set())
+        return self._end == _ABORTED or (self._end != _OPEN and self._batch.event.is_set())
 
     def result(self, timeout: float | None = None) -> AppendResult:
         """Wait until the append is durable and return where it landed.
 
         Raises TimeoutError after `timeout` seconds and AppendFailed if it could not be written.
         """
-        if self._state == _OPEN:
+        if self._end == _OPEN:
             raise JournalError(
                 f"result() of an append to journal {self.journal!r} before release()"
             )
-        if self._state == _ABORTED:
+        if self._end == _ABORTED:
             raise AppendFailed(f"the append to journal {self.journal!r} was aborted")
         batch = self._batch
         if not batch.event.is_set():
@@ -137,7 +153,7 @@ class AsyncAppend:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._state == _OPEN:
+        if self._end == _OPEN:
             if exc_type is None:
                 self.release()
             else:
@@ -150,7 +166,7 @@ class Appender:
     def __init__(
         self,
         store: FragmentStore,
-        index: JournalIndex,
+        index: ClaimsIndex,
         fragment_spec: FragmentSpec,
         retry_timeout: float = 30.0,
         on_error: Callable[[BaseException], None] | None = None,
@@ -172,6 +188,8 @@ class Appender:
         self._sealed_bytes = 0
         self._inflight: _Batch | None = None
         self._flush_requested = False
+        self._seal_requested = False
+        self._room = min(self._length, self._limit)
         self._thread: threading.Thread | None = None
         self._closed = False
         self.fragments_written = 0
@@ -182,41 +200,63 @@ class Appender:
     def start_append(self) -> AsyncAppend:
         """Take the write lock and begin an append (blocks while another is in progress or
         while too many bytes wait to be written)."""
+        self._write_lock.acquire()
+        batch = self._open
+        size = len(batch.buf)
+        if size < self._room:  # the hot path
+            return AsyncAppend(self, batch, size)
+        return self._start_slow(batch)
+
+    def _start_slow(self, batch: _Batch) -> AsyncAppend:
+        """start_append when the open batch is full, a seal is wanted, too many bytes wait to
+        be written, or the appender is closed. Entered holding the write lock."""
         while True:
-            self._write_lock.acquire()
             if self._closed:
                 self._write_lock.release()
                 raise JournalError(f"the appender of journal {self.journal!r} is closed")
-            batch = self._open
-            size = len(batch.buf)
-            if size < self._length and self._sealed_bytes + size < self._limit:
-                return AsyncAppend(self, batch, size)
             with self._state:
                 if batch.appends:
                     self._seal_locked()
+                self._seal_requested = False
+                self._update_room_locked()
                 if self._sealed_bytes < self._limit:
                     return AsyncAppend(self, self._open, 0)
             # Too many bytes wait to be written: let the writer catch up (without the lock).
             self._write_lock.release()
             with self._state:
                 self._state.wait_for(lambda: self._sealed_bytes < self._limit or self._closed)
+            self._write_lock.acquire()
+            batch = self._open
+            if len(batch.buf) < self._room:
+                return AsyncAppend(self, batch, len(batch.buf))
 
-    def _release(self, aa: AsyncAppend) -> None:
-        batch = aa._batch
-        aa._end = len(batch.buf)
-        aa._state = _RELEASED
-        if not batch.appends:
-            batch.created = time.monotonic()
-        batch.appends += 1
-        first = batch.appends == 1
-        self._write_lock.release()
-        if first:
+    def _update_room_locked(self) -> None:
+        """Recompute how far the open batch may grow before start_append takes the slow path
+        (0 forces it: a seal was requested or the appender is closed)."""
+        if self._seal_requested or self._closed:
+            self._room = 0
+        else:
+            self._room = min(self._length, self._limit - self._sealed_bytes)
+
+    def _hand_over(self) -> None:
+        """Seal the open batch for the waiting writer, then let the write lock go."""
+        try:
             with self._state:
-                self._wake_locked()
+                self._seal_locked()
+        finally:
+            self._write_lock.release()
+
+    def _wake(self) -> None:
+        with self._state:
+            self._wake_locked()
 
     def _abort(self, aa: AsyncAppend) -> None:
-        del aa._batch.buf[aa._begin :]
-        aa._state = _ABORTED
+        batch = aa._batch
+        del batch.buf[aa._begin :]
+        aa._end = _ABORTED
+        if self._seal_requested and batch.appends:
+            with self._state:
+                self._seal_locked()
         self._write_lock.release()
 
     def _request_flush(self) -> None:
@@ -245,6 +285,7 @@ class Appender:
         finally:
             with self._state:
                 self._closed = True
+                self._update_room_locked()
                 self._state.notify_all()
                 thread = self._thread
             if thread is not None and thread is not threading.current_thread():
@@ -259,6 +300,9 @@ class Appender:
         self._sealed.append(batch)
         self._sealed_bytes += len(batch.buf)
         self._open = _Batch()
+        self._seal_requested = False
+        self._flush_requested = False
+        self._update_room_locked()
         self._wake_locked()
 
     def _wake_locked(self) -> None:
@@ -297,21 +341,28 @@ class Appender:
                             self._thread = None
                             return
                     self._state.wait(timeout)
-                need_seal = not self._sealed
-            if need_seal:
-                # An AsyncAppend in progress holds the write lock; wait briefly and re-check, so
-                # batches sealed meanwhile by others are written without waiting for it.
-                if not self._write_lock.acquire(timeout=0.05):
-                    continue
-                try:
+                if not self._sealed:
+                    self._seal_requested = True  # the next release hands the batch over
+                    self._room = 0
+            if self._seal_requested:
+                if self._write_lock.acquire(blocking=False):
+                    try:
+                        with self._state:
+                            if self._open.appends:
+                                self._seal_locked()
+                            self._seal_requested = False
+                            self._update_room_locked()
+                    finally:
+                        self._write_lock.release()
+                else:
                     with self._state:
-                        if not self._sealed and self._open.appends:
-                            self._seal_locked()
-                        self._flush_requested = False
-                        if not self._sealed:
-                            continue
-                finally:
-                    self._write_lock.release()
+                        self._state.wait_for(
+                            lambda: self._sealed or not self._seal_requested or self._closed,
+                            timeout=0.05,
+                        )
+                with self._state:
+                    if not self._sealed:
+                        continue
             with self._state:
                 batch = self._sealed.popleft()
                 self._inflight = batch
@@ -323,6 +374,7 @@ class Appender:
                 with self._state:
                     self._sealed_bytes -= len(batch.buf)
                     self._inflight = None
+                    self._update_room_locked()
                     self._state.notify_all()
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
@@ -339,6 +391,7 @@ class Appender:
             self._sealed.clear()
             for b in failed[1:]:
                 self._sealed_bytes -= len(b.buf)
+            self._update_room_locked()
         for b in failed:
             b.error = error
             b.event.set()

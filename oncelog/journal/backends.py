@@ -159,7 +159,13 @@ class LocalBackend(_Base):
     def _write_temp(self, directory: str, data: bytes | bytearray | memoryview) -> str:
         self._ensure_dir(directory)
         tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:  # the directory was removed since we made it
+            with self._dirs_lock:
+                self._dirs.discard(directory)
+            self._ensure_dir(directory)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
             while view:
@@ -215,6 +221,19 @@ class LocalBackend(_Base):
                 continue
         out.sort(key=lambda o: o.name)
         return out
+
+    def prune_dirs(self, path: str) -> None:
+        """Remove `path` and its parents below the root while they are empty."""
+        with self._dirs_lock:
+            self._dirs = {d for d in self._dirs if not (d == path or d.startswith(path + os.sep))}
+        while path != self.root and path.startswith(self.root + os.sep):
+            try:
+                os.rmdir(path)
+            except OSError:
+                return
+            with self._dirs_lock:
+                self._dirs.discard(path)
+            path = os.path.dirname(path)
 
     def list_temp(self, path: str) -> list[ObjectInfo]:
         """Temporary files left in `path` by writers that died mid-write."""
@@ -464,6 +483,12 @@ class S3Backend(GenericBackend):
             self.fs.pipe_file(path, data, mode="create")
         except FileExistsError:
             return False
+        except OSError as exc:
+            # s3fs maps 412 to FileExistsError only when the reply names the If-None-Match
+            # condition (AWS, moto); other S3 implementations send a bare 412.
+            if _precondition_failed(exc):
+                return False
+            raise
         return True
 
     def exists(self, path: str) -> bool:
@@ -525,6 +550,16 @@ class S3Backend(GenericBackend):
                 self.fs.call_s3(  # type: ignore[attr-defined]
                     "delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
                 )
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    response = getattr(cause, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("PreconditionFailed", "412") or status == 412
 
 
 def backend_for(fs: AbstractFileSystem, root: str) -> Backend:

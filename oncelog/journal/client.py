@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol, url_to_fs
@@ -23,7 +23,7 @@ from oncelog.journal.errors import (
     JournalNotFound,
 )
 from oncelog.journal.fragment import Fragment
-from oncelog.journal.index import JournalIndex
+from oncelog.journal.index import ClaimsIndex, GazetteIndex, JournalIndex
 from oncelog.journal.names import validate_journal_name, validate_object_path
 from oncelog.journal.reader import JournalReader
 from oncelog.journal.spec import JournalSpec
@@ -148,9 +148,21 @@ class JournalClient:
         store.delete_claims(name, store.list_claim_begins(name))
         store.delete_fragments(store.list_fragments(name))
         store.backend.delete(
-            [store.backend.join(name, o.name) for o in _temp_files(store, store.journal_dir(name))]
+            [
+                f"{directory}/{o.name}"
+                for directory in (store.journal_dir(name), store.claims_dir(name))
+                for o in _temp_files(store, directory)
+            ]
         )
         store.backend.delete([store.spec_path(name)])
+        prune = getattr(store.backend, "prune_dirs", None)
+        if prune is not None:  # local disk: leave no empty directories behind
+            for directory in (
+                store.journal_dir(name),
+                store.claims_dir(name),
+                store.backend.join(META_DIR, "journals", name),
+            ):
+                prune(directory)
         if index is not None:
             index.forget()
 
@@ -159,7 +171,10 @@ class JournalClient:
     def start_append(self, name: str) -> AsyncAppend:
         """Begin an append to `name`: `.write()` bytes, `.release()`, then `.result()`.
         Holds the journal's write lock until released, so the bytes stay together."""
-        return self._appender(name).start_append()
+        appender = self._appenders.get(name)
+        if appender is None:
+            appender = self._appender(name)
+        return appender.start_append()
 
     def append(self, name: str, data: bytes | bytearray | memoryview) -> AppendResult:
         """Append `data` as one append and return where it landed, once durable."""
@@ -201,7 +216,7 @@ class JournalClient:
                 )
             raise JournalNotFound(f"journal {name!r} does not exist in {self!r}; create it first")
         spec = _parse_spec(name, data)
-        index = self._index(name, gazette=False)
+        index = cast(ClaimsIndex, self._index(name, gazette=False))
         with self._lock:
             appender = self._appenders.get(name)
             if appender is None:
@@ -264,7 +279,7 @@ class JournalClient:
         with self._lock:
             index = self._indexes.get(name)
             if index is None or index.gazette != gazette:
-                index = JournalIndex(self.store, name, gazette=gazette)
+                index = (GazetteIndex if gazette else ClaimsIndex)(self.store, name)
                 self._indexes[name] = index
             return index
 
@@ -302,9 +317,9 @@ class JournalClient:
         ]
         self.store.delete_fragments(doomed)
         stale = [
-            self.store.backend.join(sub, o.name)
-            for sub in (name, f"{META_DIR}/claims/{name}")
-            for o in _temp_files(self.store, self.store.backend.join(sub))
+            f"{directory}/{o.name}"
+            for directory in (self.store.journal_dir(name), self.store.claims_dir(name))
+            for o in _temp_files(self.store, directory)
             if o.mtime <= cutoff
         ]
         self.store.backend.delete(stale)

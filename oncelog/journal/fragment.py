@@ -177,18 +177,16 @@ def decode(fragment: Fragment, stored: bytes) -> bytes:
         return stored
     try:
         if codec is Codec.GZIP:
-            # wbits=47: gzip or zlib header, multi-member gzip supported by looping below.
-            out = bytearray()
-            d = zlib.decompressobj(47)
+            # wbits=47: a gzip or zlib header; concatenated gzip members are read in turn.
+            parts = []
             buf = stored
             while buf:
-                out += d.decompress(buf)
-                buf = d.unused_data
-                if buf:
-                    d = zlib.decompressobj(47)
-                elif not d.eof:
+                d = zlib.decompressobj(47)
+                parts.append(d.decompress(buf))
+                if not d.eof:
                     raise zlib.error("truncated gzip stream")
-            return bytes(out)
+                buf = d.unused_data
+            return parts[0] if len(parts) == 1 else b"".join(parts)  # b"" if no member
         with zstandard.ZstdDecompressor().stream_reader(stored, read_across_frames=True) as r:
             return r.read()
     except (zlib.error, zstandard.ZstdError, OSError, EOFError) as exc:

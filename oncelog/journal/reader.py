@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import io
 import threading
-from concurrent.futures import Executor, Future
+from concurrent.futures import CancelledError, Executor, Future
 from typing import Any
 
 from oncelog.journal.errors import JournalError
@@ -86,9 +86,9 @@ class JournalReader(io.RawIOBase):
 
     def read(self, size: int | None = -1) -> bytes:
         """Up to `size` bytes (all currently available for size < 0); b"" at the head of a
-        non-blocking reader or once closed."""
-        self._checkClosed()
-        if size == 0:
+        non-blocking reader, and once closed (so a tailing loop ends cleanly whenever another
+        thread closes the reader)."""
+        if size == 0 or self._stop.is_set():
             return b""
         limit = None if size is None or size < 0 else size
         pieces: list[bytes] = []
@@ -107,7 +107,8 @@ class JournalReader(io.RawIOBase):
         return self.read(-1)
 
     def readinto(self, buffer: Any) -> int:
-        self._checkClosed()
+        if self._stop.is_set():
+            return 0
         out = memoryview(buffer).cast("B")
         got = 0
         while got < len(out):
@@ -120,12 +121,13 @@ class JournalReader(io.RawIOBase):
         return got
 
     def close(self) -> None:
-        """Stop reading; a read blocked in another thread returns b"" promptly."""
+        """Stop reading; a read blocked in another thread returns b"" promptly, and later
+        reads return b"". Safe to call from any thread."""
         if not self._stop.is_set():
             self._stop.set()
             self._index.notify()
-        self._drop_ahead()
-        self._chunk = memoryview(b"")
+            for _, future in list(self._ahead):
+                future.cancel()
         super().close()
 
     # -- internals ---------------------------------------------------------------------------------
@@ -170,7 +172,10 @@ class JournalReader(io.RawIOBase):
         while ahead and ahead[0][0].begin < fragment.begin:
             ahead.popleft()[1].cancel()
         if ahead and ahead[0][0] == fragment:
-            return ahead.popleft()[1].result()
+            try:
+                return ahead.popleft()[1].result()
+            except CancelledError:  # closed meanwhile
+                return None
         self._drop_ahead()
         return None
 

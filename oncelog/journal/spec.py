@@ -16,7 +16,6 @@ from oncelog.labels import (
     CONTENT_TYPE,
     CONTENT_TYPE_JSON_LINES,
     LabelSet,
-    LabelsLike,
     check_single_value_labels,
 )
 

@@ -1,0 +1,207 @@
+"""Spark read throughput of the oncelog source against Spark's own JSON reader.
+
+Writes JSON-lines messages (transactions of 100 messages from two producers per
+journal, each closed by an ACK) across 8 journals on a local-disk store, then scans
+them in one local[2] Spark session, each scan into Spark's `noop` sink:
+
+1. baseline: `spark.read.schema(DDL).json(<the journals' fragment files>)`;
+2. oncelog, read-committed with the same `schema`, one task per journal;
+3. oncelog, the same journals cut into 4 MiB splits (the two-phase plan);
+4. oncelog, the same journals on the S3 test server (moto, on 127.0.0.1).
+
+Each figure is printed beside the baseline measured in the same run, as a ratio.
+
+    .venv/bin/python benchmarks/spark_read.py           # 2,000,000 messages
+    .venv/bin/python benchmarks/spark_read.py --quick   # 200,000 messages
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from typing import Any
+
+from oncelog.journal import FragmentSpec, JournalClient, JournalSpec, open_journals
+
+JOURNALS = [f"bench/part-{i:02d}" for i in range(8)]
+DDL = "user string, page string, ms bigint, score double, ref string"
+PAGES = ["/", "/docs", "/pricing", "/blog", "/about", "/login", "/search"]
+TXN = 100
+
+
+def uuid_text(producer: str, clock: int, flags: int) -> str:
+    """The canonical v1 UUID string of (producer hex, clock, flags), as build_uuid makes it."""
+    ts = clock >> 4
+    seq = ((clock & 0xF) << 10) | flags | 0x8000
+    return (
+        f"{ts & 0xFFFFFFFF:08x}-{(ts >> 32) & 0xFFFF:04x}-{((ts >> 48) & 0x0FFF) | 0x1000:04x}"
+        f"-{seq:04x}-{producer}"
+    )
+
+
+def write_journals(client: JournalClient, messages: int) -> int:
+    """Transactions of TXN messages from two producers per journal; returns data messages."""
+    per_journal = messages // len(JOURNALS)
+    clock0 = 0x1F0000000000000 << 4
+    for j, name in enumerate(JOURNALS):
+        client.create(JournalSpec(name, fragment=FragmentSpec(length=16 << 20)))
+        producers = [f"{0x010000000000 + 2 * j + k:012x}" for k in range(2)]
+        block: list[str] = []
+        size = 0
+        clock = clock0
+        for start in range(0, per_journal, TXN):
+            producer = producers[(start // TXN) % 2]
+            for i in range(start, min(start + TXN, per_journal)):
+                clock += 1
+                line = (
+                    f'{{"uuid":"{uuid_text(producer, clock, 1)}","user":"u{i % 1000}",'
+                    f'"page":"{PAGES[i % 7]}","ms":{i % 5000},"score":{(i % 100) / 4},'
+                    f'"ref":"campaign-{i % 13}"}}\n'
+                )
+                block.append(line)
+                size += len(line)
+            clock += 1
+            block.append(f'{{"uuid":"{uuid_text(producer, clock, 2)}"}}\n')
+            if size > 4 << 20:
+                client.append(name, "".join(block).encode())
+                block, size = [], 0
+        if block:
+            client.append(name, "".join(block).encode())
+    return per_journal * len(JOURNALS)
+
+
+def spark_session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from pyspark.sql import SparkSession
+
+    from oncelog.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("oncelog-spark-read-benchmark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def timed_scan(df: Any) -> float:
+    start = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def oncelog_df(spark: Any, store: str, **options: str) -> Any:
+    return (
+        spark.read.format("oncelog")
+        .option("store", store)
+        .option("journals", ",".join(JOURNALS))
+        .option("schema", DDL)
+        .options(**options)
+        .load()
+    )
+
+
+def start_s3() -> tuple[Any, str, dict[str, Any]]:
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    ).create_bucket(Bucket="bench")
+    options = {"key": "testing", "secret": "testing",
+               "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    return server, "s3://bench/journals", options
+
+
+def copy_journals(source: JournalClient, target: JournalClient) -> None:
+    """The same journals, fragment for fragment, on another store."""
+    for name in JOURNALS:
+        target.create(source.get(name))
+        for frag in source.fragments(name):
+            reader = source.read(name, frag.begin)
+            target.append(name, reader.read(frag.end - frag.begin))
+            reader.close()
+
+
+def report(name: str, rows: int, seconds: float, baseline: float | None) -> float:
+    rate = rows / seconds
+    ratio = "" if baseline is None else f"{rate / baseline:6.2f}x Spark JSON"
+    print(f"{name:44s} {rows:>10,d} rows {seconds:7.2f} s {rate:>12,.0f} rows/s  {ratio}", flush=True)
+    return rate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="200,000 messages instead of 2,000,000")
+    parser.add_argument("--messages", type=int, help="messages in all (default 2,000,000)")
+    parser.add_argument("--no-s3", action="store_true", help="skip the S3 test server figure")
+    args = parser.parse_args(argv)
+    messages = args.messages or (200_000 if args.quick else 2_000_000)
+
+    root = tempfile.mkdtemp(prefix="oncelog-spark-bench-")
+    server = None
+    try:
+        client = open_journals(os.path.join(root, "store"))
+        t = time.perf_counter()
+        rows = write_journals(client, messages)
+        size = sum(f.end - f.begin for n in JOURNALS for f in client.fragments(n))
+        print(f"wrote {rows:,d} messages ({size / 2**20:.0f} MiB) in {len(JOURNALS)} journals "
+              f"in {time.perf_counter() - t:.1f} s")
+        files = [
+            os.path.join(client.root, f.content_path) for n in JOURNALS for f in client.fragments(n)
+        ]
+        spark = spark_session()
+        store = client.root
+        # Warm up: the first Python data source query and the first JSON scan cost seconds.
+        timed_scan(oncelog_df(spark, store).limit(10))
+        timed_scan(spark.read.schema(DDL).json(files[:1]).limit(10))
+
+        baseline = report("spark.read.json (baseline)", rows,
+                          timed_scan(spark.read.schema(DDL).json(files)), None)
+        report("oncelog committed, a task per journal", rows,
+               timed_scan(oncelog_df(spark, store)), baseline)
+        report("oncelog committed, 4 MiB splits (two-phase)", rows,
+               timed_scan(oncelog_df(spark, store, split_bytes=str(4 << 20))), baseline)
+        if not args.no_s3:
+            import json
+
+            server, s3_url, s3_options = start_s3()
+            s3_client = open_journals(s3_url, **s3_options)
+            copy_journals(client, s3_client)
+            s3 = oncelog_df(spark, s3_url, storage_options=json.dumps(s3_options))
+            timed_scan(s3.limit(10))
+            report("oncelog committed, S3 test server (moto)", rows, timed_scan(s3), baseline)
+        spark.stop()
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

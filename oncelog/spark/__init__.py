@@ -1,0 +1,31 @@
+"""PySpark data source for oncelog journals (format `"oncelog"`), on PySpark >= 4.2.
+
+`register(spark)` makes `spark.read.format("oncelog")`, `spark.readStream`,
+`df.write` and `df.writeStream` speak journals on any fsspec store:
+
+    from oncelog.spark import register
+    register(spark)
+    df = (spark.read.format("oncelog")
+          .option("store", "s3://bucket/journals").option("journals", "app=web")
+          .option("schema", "page string, ms bigint").load())
+
+Batch reads are read-committed (exactly `read_committed`'s messages) and parallel
+within large journals; streams resume exactly once from their checkpoints; writes
+become visible only when Spark commits the job or micro-batch. See docs/spark.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from oncelog.spark.datasource import OncelogDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["register", "OncelogDataSource"]
+
+
+def register(spark: SparkSession) -> None:
+    """Register the `oncelog` format with a SparkSession."""
+    spark.dataSource.register(OncelogDataSource)

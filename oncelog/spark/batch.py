@@ -1,0 +1,180 @@
+"""Batch reads: `spark.read.format("oncelog")`, parallel across journals and within them.
+
+Planning (on the driver) lists the journals and cuts each at fragment boundaries
+into splits of about `split_bytes`. A journal of one split is read by one task
+with a Sequencer. A larger one gets the two-phase plan of `oncelog.spark.plan`: the
+driver gathers each split's facts (in threads: fetching and decoding overlap, and
+UUID parsing runs in Arrow kernels), resolves them, and every split becomes a task
+that filters its own messages. Reading uncommitted needs no plan.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
+from oncelog.journal import JournalClient, JournalSpec
+from oncelog.message import ProtoMessage
+from oncelog.spark.batches import RangeDecoder
+from oncelog.spark.options import OptionError, ReadOptions
+from oncelog.spark.plan import JournalPlan, Split, SplitPlan, plan_splits, resolve
+from oncelog.spark.read import sequential_batches, split_batches, split_facts, uncommitted_batches
+from oncelog.spark.schema import arrow_schema, check_schema, message_kind
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+__all__ = ["OncelogBatchReader", "RangePartition", "SplitPartition", "new_message_factory"]
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """Offsets `[begin, end)` of one journal, read sequentially (committed) or as they are."""
+
+    journal: str
+    content_type: str
+    begin: int
+    end: int
+    committed: bool
+
+
+@dataclass(frozen=True)
+class SplitPartition(InputPartition):
+    """One split of a journal read with the two-phase plan."""
+
+    content_type: str
+    plan: SplitPlan
+
+
+def new_message_factory(options: ReadOptions, content_type: str, journal: str) -> Callable[[Any], Any] | None:
+    """The `new_message` a journal's frames decode with (protobuf classes need `proto_class`)."""
+    if content_type.split(";", 1)[0].strip().lower() != CONTENT_TYPE_PROTOBUF_FIXED:
+        return None
+    if not options.proto_class:
+        raise OptionError(
+            f"journal {journal!r} holds protobuf frames: give option proto_class "
+            "(module:Class of the generated message, importable on every executor)"
+        )
+    module_name, _, attr = options.proto_class.replace(":", ".").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise OptionError(f"option proto_class {options.proto_class!r}: {exc}") from None
+    return ProtoMessage.factory(cls, options.uuid_field)
+
+
+def decoder_for(
+    client: JournalClient, options: ReadOptions, journal: str, content_type: str, message_type: Any
+) -> RangeDecoder:
+    """A RangeDecoder of `journal` as the source's options ask."""
+    return RangeDecoder(
+        client,
+        journal,
+        message_kind(content_type, options.schema),
+        message_type,
+        chunk_bytes=options.chunk_bytes,
+        uuid_field=options.uuid_field,
+        new_message=new_message_factory(options, content_type, journal),
+    )
+
+
+class OncelogBatchReader(DataSourceReader):
+    """Plans the splits of a batch read and reads each into Arrow record batches."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        check_schema(schema)
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> list[InputPartition]:
+        options = self.options
+        arrow = arrow_schema(self.schema)
+        client = options.store.open()
+        try:
+            specs = options.list_journals(client)
+            journal_splits: list[tuple[JournalSpec, list[Split]]] = []
+            for spec in specs:
+                decoder_for(client, options, spec.name, spec.content_type, arrow.field("message").type)
+                frags = [(f.begin, f.end) for f in client.fragments(spec.name)]
+                if frags:
+                    begin = frags[0][0]
+                    journal_splits.append(
+                        (spec, plan_splits(spec.name, frags, options.split_bytes, begin=begin))
+                    )
+            if not options.committed:
+                return [
+                    RangePartition(s.journal, spec.content_type, s.begin, s.end, False)
+                    for spec, splits in journal_splits
+                    for s in splits
+                ]
+            plans = self._plans(client, arrow, [js for js in journal_splits if len(js[1]) > 1])
+        finally:
+            client.close()
+        out: list[InputPartition] = []
+        for spec, splits in journal_splits:
+            plan = plans.get(spec.name)
+            if plan is None or plan.sequential is not None:
+                out.append(RangePartition(spec.name, spec.content_type, splits[0].begin, splits[-1].end, True))
+            else:
+                out.extend(SplitPartition(spec.content_type, sp) for sp in plan.splits)
+        return out
+
+    def _plans(
+        self,
+        client: JournalClient,
+        arrow: pa.Schema,
+        journal_splits: list[tuple[JournalSpec, list[Split]]],
+    ) -> dict[str, JournalPlan]:
+        """Phases 1 and 1.5 of the split plan for journals of several splits."""
+        if not journal_splits:
+            return {}
+        options = self.options
+        message_type = arrow.field("message").type
+        jobs = [(spec, split) for spec, splits in journal_splits for split in splits]
+
+        def facts(job: tuple[JournalSpec, Split]) -> Any:
+            spec, split = job
+            decoder = decoder_for(client, options, spec.name, spec.content_type, message_type)
+            return split_facts(decoder, split)
+
+        with ThreadPoolExecutor(options.facts_threads, thread_name_prefix="oncelog-facts") as pool:
+            gathered = list(pool.map(facts, jobs))
+        plans: dict[str, JournalPlan] = {}
+        i = 0
+        for spec, splits in journal_splits:
+            plans[spec.name] = resolve(spec.name, splits, gathered[i : i + len(splits)])
+            i += len(splits)
+        return plans
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        options = self.options
+        arrow = arrow_schema(self.schema)
+        message_type = arrow.field("message").type
+        client = options.store.open()
+        try:
+            if isinstance(partition, SplitPartition):
+                split = partition.plan.split
+                decoder = decoder_for(client, options, split.journal, partition.content_type, message_type)
+                yield from split_batches(decoder, partition.plan, arrow, options.batch_rows)
+                return
+            assert isinstance(partition, RangePartition), partition
+            decoder = decoder_for(
+                client, options, partition.journal, partition.content_type, message_type
+            )
+            if partition.committed:
+                yield from sequential_batches(
+                    decoder, partition.begin, partition.end, arrow, batch_rows=options.batch_rows
+                )
+            else:
+                yield from uncommitted_batches(
+                    decoder, partition.begin, partition.end, arrow, options.batch_rows
+                )
+        finally:
+            client.close()

@@ -1,0 +1,252 @@
+"""Decoding byte ranges of a journal into Arrow columns, a chunk of whole frames at a time.
+
+The journal's framing decodes each chunk (so malformed frames fail exactly as they
+do for `read_uncommitted`); the columns are then built in bulk: offsets from the
+envelopes, UUID columns by `oncelog.spark.uuids`, and the message column straight
+from the chunk's bytes (document text), or parsed by pyarrow's JSON reader into a
+struct when the source has a `schema`.
+"""
+
+from __future__ import annotations
+
+import array
+import functools
+import io
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+
+from oncelog.framing import CSVFraming, Framing, JSONFraming, for_content_type
+from oncelog.framing.base import snippet
+from oncelog.journal import JournalClient
+from oncelog.message import CSVRecord, Envelope, JSONMessage
+from oncelog.spark.schema import MessageKind
+from oncelog.spark.uuids import canonical_uuid_text, uuid_columns
+
+__all__ = ["BadMessage", "DecodedBatch", "RangeDecoder", "record_batch"]
+
+
+class BadMessage(ValueError):
+    """A message that cannot become a row: a bad UUID, or a document the schema rejects."""
+
+
+@dataclass(slots=True)
+class DecodedBatch:
+    """Consecutive whole frames of a journal, `[base, end)`, as Arrow columns.
+
+    `columns` are every source column but `commit_offset`, in schema order;
+    `producers`, `clocks` and `flags` the ids the commit plan needs; `envelopes`
+    are kept only when asked for (sequential reads hand them to a Sequencer).
+    """
+
+    journal: str
+    base: int
+    end: int
+    begins: list[int]
+    producers: list[str]
+    clocks: list[int]
+    flags: list[int]
+    columns: list[pa.Array]
+    envelopes: list[Envelope] | None = None
+
+    def __len__(self) -> int:
+        return len(self.begins)
+
+
+def record_batch(
+    batch: DecodedBatch,
+    schema: pa.Schema,
+    rows: Sequence[int] | None = None,
+    commits: Sequence[int] | None = None,
+) -> pa.RecordBatch:
+    """The rows of `batch` (all, or those at `rows`) with their commit offsets (or nulls)."""
+    columns = batch.columns
+    if rows is not None:
+        indices = pa.array(rows, pa.int32())
+        columns = [col.take(indices) for col in columns]
+    n = len(batch) if rows is None else len(rows)
+    commit = pa.nulls(n, pa.int64()) if commits is None else pa.array(commits, pa.int64())
+    return pa.RecordBatch.from_arrays(columns[:3] + [commit] + columns[3:], schema=schema)
+
+
+def _json_factory(uuid_field: str) -> Callable[[Any], Any] | None:
+    return None if uuid_field == "uuid" else functools.partial(JSONMessage, uuid_field=uuid_field)
+
+
+class RangeDecoder:
+    """Reads byte ranges of one journal and decodes them into DecodedBatches."""
+
+    def __init__(
+        self,
+        client: JournalClient,
+        journal: str,
+        kind: MessageKind,
+        message_type: pa.DataType,
+        *,
+        chunk_bytes: int = 8 << 20,
+        uuid_field: str = "uuid",
+        new_message: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.client = client
+        self.journal = journal
+        self.kind = kind
+        self.message_type = message_type
+        self.chunk_bytes = chunk_bytes
+        self.framing: Framing = for_content_type(kind.content_type)
+        if new_message is None and isinstance(self.framing, JSONFraming):
+            new_message = _json_factory(uuid_field)
+        self.new_message = new_message
+        self._journal_scalar = pa.scalar(journal, pa.string())
+
+    def batches(
+        self, begin: int, end: int, *, keep_envelopes: bool = False, ids_only: bool = False
+    ) -> Iterator[DecodedBatch]:
+        """Batches covering the whole frames of `[begin, end)`, in offset order.
+
+        `ids_only`: build only `begins` and the ids (for the plan's facts), no columns.
+        """
+        if end <= begin:
+            return
+        pending = bytearray()
+        base = pos = begin
+        reader = self.client.read(self.journal, begin)
+        try:
+            while pos < end:
+                data = reader.read(min(self.chunk_bytes, end - pos))
+                if not data:
+                    raise BadMessage(
+                        f"journal {self.journal!r} ends at offset {pos}, before the planned end {end}"
+                    )
+                pos += len(data)
+                pending += data
+                final = pos >= end
+                result = self.framing.decode(
+                    pending, journal=self.journal, base=base, final=final,
+                    new_message=self.new_message,
+                )
+                if result.envelopes:
+                    chunk = bytes(pending[: result.consumed])
+                    yield self._build(chunk, base, result.envelopes, keep_envelopes, ids_only)
+                del pending[: result.consumed]
+                base = result.next_offset
+        finally:
+            reader.close()
+
+    # -- columns ---------------------------------------------------------------------------
+
+    def _build(
+        self, chunk: bytes, base: int, envs: list[Envelope], keep: bool, ids_only: bool
+    ) -> DecodedBatch:
+        n = len(envs)
+        begins = [e.begin for e in envs]
+        last = envs[-1].end
+        uuids = uuid_columns(self._uuid_texts(envs), functools.partial(self._fix_uuid, envs))
+        producers, clocks, flags = uuids.ids()
+        if ids_only:
+            return DecodedBatch(self.journal, base, last, begins, producers, clocks, flags, [])
+        begin_col = pa.array(begins, pa.int64())
+        end_col = pa.concat_arrays([begin_col[1:], pa.array([last], pa.int64())])
+        message = self._message_column(chunk, base, begins, last)
+        columns = [
+            pa.repeat(self._journal_scalar, n),
+            begin_col,
+            end_col,
+            uuids.uuid,
+            uuids.producer,
+            uuids.clock,
+            uuids.time,
+            uuids.flags,
+            uuids.key,
+            message,
+        ]
+        return DecodedBatch(
+            self.journal, base, last, begins, producers, clocks, flags, columns,
+            envs if keep else None,
+        )
+
+    @staticmethod
+    def _uuid_texts(envs: list[Envelope]) -> list[object]:
+        first = envs[0].message
+        if type(first) is JSONMessage:
+            field = first.uuid_field
+            return [e.message.doc.get(field) for e in envs]
+        if type(first) is CSVRecord:
+            return [e.message.fields[0] if e.message.fields else None for e in envs]
+        return [None] * len(envs)
+
+    def _fix_uuid(self, envs: list[Envelope], row: int) -> str:
+        env = envs[row]
+        try:
+            return canonical_uuid_text(*env.ids)
+        except (ValueError, TypeError) as exc:
+            raise BadMessage(
+                f"journal {self.journal!r}: message at offsets [{env.begin}, {env.end}) has a "
+                f"bad UUID: {exc}"
+            ) from None
+
+    def _offsets(self, base: int, begins: list[int], last: int) -> pa.Buffer:
+        rel = array.array("i", [b - base for b in begins])
+        rel.append(last - base)
+        return pa.py_buffer(rel)
+
+    def _message_column(self, chunk: bytes, base: int, begins: list[int], last: int) -> pa.Array:
+        n = len(begins)
+        kind = self.kind
+        if kind.parsed:
+            return self._parse_json(chunk, base, begins)
+        offsets = self._offsets(base, begins, last)
+        if kind.spark_type == "binary":
+            raw = pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(chunk)])
+            return pc.binary_slice(raw, 8)  # drop the fixed frame's header
+        text = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(chunk)])
+        if isinstance(self.framing, CSVFraming):
+            text.validate(full=True)
+        return pc.utf8_rtrim(text, characters=kind.trim) if kind.trim else text
+
+    def _parse_json(self, chunk: bytes, base: int, begins: list[int]) -> pa.Array:
+        struct: pa.StructType = self.message_type  # type: ignore[assignment]
+        fields = [struct.field(i) for i in range(struct.num_fields)]
+        try:
+            table = _read_json(chunk, pa.schema(fields))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise self._locate_schema_error(chunk, base, begins, pa.schema(fields), exc) from None
+        if table.num_rows != len(begins):
+            raise BadMessage(
+                f"journal {self.journal!r}: {table.num_rows} documents parsed from offsets "
+                f"[{base}, {base + len(chunk)}) which hold {len(begins)} frames"
+            )
+        table = table.combine_chunks()
+        arrays = [
+            table.column(i).chunk(0) if table.column(i).num_chunks else pa.array([], f.type)
+            for i, f in enumerate(fields)
+        ]
+        return pa.StructArray.from_arrays(arrays, fields=fields)
+
+    def _locate_schema_error(
+        self, chunk: bytes, base: int, begins: list[int], schema: pa.Schema, exc: Exception
+    ) -> BadMessage:
+        ends = begins[1:] + [base + len(chunk)]
+        for begin, end in zip(begins, ends):
+            line = chunk[begin - base : end - base]
+            try:
+                _read_json(line, schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as line_exc:
+                return BadMessage(
+                    f"journal {self.journal!r}: document at offsets [{begin}, {end}) does not "
+                    f"fit option 'schema': {line_exc}: {snippet(line)}"
+                )
+        return BadMessage(f"journal {self.journal!r}: documents do not fit option 'schema': {exc}")
+
+
+def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:
+    return pajson.read_json(
+        io.BytesIO(data),
+        read_options=pajson.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 16)),
+        parse_options=pajson.ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="ignore"
+        ),
+    )

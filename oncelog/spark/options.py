@@ -1,0 +1,233 @@
+"""Data source options: parsed once, carried (pickled) to Spark's workers, which open the store.
+
+Spark hands options over lower-cased with string values. Storage options for the
+store (S3 endpoint and keys, or anything fsspec accepts) travel with them, so that
+executors reach the same store as the driver without any other set-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from oncelog.journal import JournalClient, JournalSpec, open_journals
+from oncelog.labels import LabelSelector
+
+__all__ = ["OptionError", "StoreOptions", "ReadOptions", "WriteOptions", "parse_bool"]
+
+_SELECTOR_MARKS = ("=", "!", "(", " in ", " notin ")
+
+
+class OptionError(ValueError):
+    """A data source option is missing or has a bad value (the message names it)."""
+
+
+def parse_bool(name: str, value: str | bool) -> bool:
+    """`true`/`false` (any case, or 1/0, yes/no) as a bool; OptionError otherwise."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name!r} must be true or false, not {value!r}")
+
+
+def _int(options: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    value = options.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be an integer, not {value!r}") from None
+    if number < minimum:
+        raise OptionError(f"option {name!r} must be at least {minimum}, not {number}")
+    return number
+
+
+def _float(options: Mapping[str, str], name: str, default: float) -> float:
+    value = options.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be a number, not {value!r}") from None
+    if not number >= 0:
+        raise OptionError(f"option {name!r} must be a number >= 0, not {value!r}")
+    return number
+
+
+def _storage_options(options: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    text = options.get("storage_options")
+    if text:
+        try:
+            parsed = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise OptionError(f"option 'storage_options' is not JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise OptionError("option 'storage_options' must be a JSON object")
+        out.update(parsed)
+    for name in ("key", "secret", "token", "endpoint_url"):
+        if options.get(name):
+            out[name] = options[name]
+    if options.get("region"):
+        client_kwargs = dict(out.get("client_kwargs") or {})
+        client_kwargs["region_name"] = options["region"]
+        out["client_kwargs"] = client_kwargs
+    if options.get("anon"):
+        out["anon"] = parse_bool("anon", options["anon"])
+    return out
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): v for k, v in options.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """Where the journals are: an fsspec URL and its storage options."""
+
+    store: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StoreOptions:
+        opts = _lower(options)
+        store = opts.get("store") or opts.get("path")
+        if not store:
+            raise OptionError(
+                "option 'store' is required: the journals' fsspec URL, e.g. s3://bucket/prefix"
+            )
+        return cls(store, _storage_options(opts))
+
+    def open(self) -> JournalClient:
+        """A new client of the store (call it in the process that uses it)."""
+        return open_journals(self.store, **self.storage_options)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Options of `spark.read` / `spark.readStream` with format `oncelog`."""
+
+    store: StoreOptions
+    journals: tuple[str, ...] = ()
+    selector: str = ""
+    committed: bool = True
+    schema: str | None = None
+    split_bytes: int = 64 << 20
+    chunk_bytes: int = 8 << 20
+    batch_rows: int = 65536
+    facts_threads: int = 4
+    proto_class: str | None = None
+    uuid_field: str = "uuid"
+    max_messages_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    prune_horizon: float = 86400.0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> ReadOptions:
+        opts = _lower(options)
+        names: tuple[str, ...] = ()
+        selector = opts.get("selector", "") or ""
+        journals = (opts.get("journals") or "").strip()
+        if journals:
+            if any(mark in journals for mark in _SELECTOR_MARKS):
+                if selector:
+                    raise OptionError("give the label selector in 'journals' or 'selector', not both")
+                selector = journals
+            else:
+                names = tuple(n.strip() for n in journals.split(",") if n.strip())
+        if selector:
+            try:
+                LabelSelector.parse(selector)
+            except ValueError as exc:
+                raise OptionError(f"bad label selector {selector!r}: {exc}") from None
+        if not names and not selector:
+            raise OptionError(
+                "option 'journals' is required: comma-separated journal names or a label "
+                "selector such as 'app=web' (use 'name:prefix=' to select every journal)"
+            )
+        schema = opts.get("schema") or None
+        limit_rows = opts.get("max_messages_per_trigger")
+        limit_bytes = opts.get("max_bytes_per_trigger")
+        return cls(
+            store=StoreOptions.parse(opts),
+            journals=names,
+            selector=selector,
+            committed=parse_bool("committed", opts.get("committed", "true")),
+            schema=schema.strip() if schema else None,
+            split_bytes=_int(opts, "split_bytes", 64 << 20),
+            chunk_bytes=_int(opts, "chunk_bytes", 8 << 20, minimum=4096),
+            batch_rows=_int(opts, "batch_rows", 65536),
+            facts_threads=_int(opts, "facts_threads", 4),
+            proto_class=opts.get("proto_class") or None,
+            uuid_field=opts.get("uuid_field") or "uuid",
+            max_messages_per_trigger=_int(opts, "max_messages_per_trigger", 0) if limit_rows else None,
+            max_bytes_per_trigger=_int(opts, "max_bytes_per_trigger", 0) if limit_bytes else None,
+            prune_horizon=_float(opts, "prune_horizon", 86400.0),
+        )
+
+    def list_journals(self, client: JournalClient) -> list[JournalSpec]:
+        """The journals to read, by name: the named ones (each must exist) or the selected ones."""
+        if self.journals:
+            return sorted((client.get(name) for name in set(self.journals)), key=lambda s: s.name)
+        return sorted(client.list(self.selector), key=lambda s: s.name)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """Options of `df.write` / `df.writeStream` with format `oncelog`."""
+
+    store: StoreOptions
+    journal: str | None = None
+    selector: str = ""
+    key: str | None = None
+    mapping: str = "modulo"
+    uuid_field: str = "uuid"
+    writer_id: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+        opts = _lower(options)
+        journal = (opts.get("journal") or "").strip() or None
+        selector = (opts.get("selector") or opts.get("journals") or "").strip()
+        if journal and selector:
+            raise OptionError("give either 'journal' (one target) or 'selector' with 'key', not both")
+        if not journal and not selector:
+            raise OptionError(
+                "option 'journal' (the target journal) or 'selector' (target journals, "
+                "with 'key' naming the column that picks one) is required"
+            )
+        key = opts.get("key") or None
+        if selector:
+            try:
+                LabelSelector.parse(selector)
+            except ValueError as exc:
+                raise OptionError(f"bad label selector {selector!r}: {exc}") from None
+            if key is None:
+                raise OptionError(
+                    f"option 'key' is required with selector {selector!r}: the column whose "
+                    "value maps each row to one of the selected journals"
+                )
+        mapping = (opts.get("mapping") or "modulo").strip().lower()
+        if mapping not in ("modulo", "rendezvous"):
+            raise OptionError(f"option 'mapping' must be modulo or rendezvous, not {mapping!r}")
+        writer_id = opts.get("writer_id") or None
+        if writer_id is not None and ("/" in writer_id or writer_id.startswith(".")):
+            raise OptionError(f"option 'writer_id' must be a plain name, not {writer_id!r}")
+        return cls(
+            store=StoreOptions.parse(opts),
+            journal=journal,
+            selector=selector,
+            key=key,
+            mapping=mapping,
+            uuid_field=opts.get("uuid_field") or "uuid",
+            writer_id=writer_id,
+        )

@@ -1,0 +1,157 @@
+"""Reading journal ranges into Arrow record batches: the work of one Spark task.
+
+Three ways, all yielding `pyarrow.RecordBatch`es of the source's schema:
+
+- `uncommitted_batches`: every message, with its UUID flags;
+- `split_batches`: phase 2 of the split plan (`oncelog.spark.plan`) for one split;
+- `sequential_batches`: a Sequencer over a whole range, resumable from producer
+  states (streaming micro-batches, small journals, and journals the plan cannot split).
+
+Pure pyarrow: no Spark is needed to run (or test) them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+
+from oncelog.message import Envelope
+from oncelog.sequencer import Sequencer
+from oncelog.spark.batches import DecodedBatch, RangeDecoder, record_batch
+from oncelog.spark.plan import Split, SplitCommitter, SplitFacts, SplitPlan, gather_facts
+from oncelog.spark.sequential import sequence_with_commits
+
+__all__ = ["split_facts", "uncommitted_batches", "split_batches", "sequential_batches"]
+
+
+def _sliced(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
+    if batch.num_rows <= rows:
+        if batch.num_rows:
+            yield batch
+        return
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)
+
+
+def split_facts(decoder: RangeDecoder, split: Split) -> SplitFacts:
+    """Phase 1 of the split plan: the producers' facts of one split."""
+    facts = SplitFacts()
+    for batch in decoder.batches(split.begin, split.end, ids_only=True):
+        gather_facts(zip(batch.producers, batch.clocks, batch.flags, batch.begins), facts)
+    return facts
+
+
+def uncommitted_batches(
+    decoder: RangeDecoder, begin: int, end: int, schema: pa.Schema, batch_rows: int = 65536
+) -> Iterator[pa.RecordBatch]:
+    """Every message of `[begin, end)`, committed or not (null commit offsets)."""
+    for batch in decoder.batches(begin, end):
+        yield from _sliced(record_batch(batch, schema), batch_rows)
+
+
+def _emit(
+    live: dict[int, DecodedBatch],
+    starts: list[int],
+    committed: Sequence[tuple[int, int]],
+    schema: pa.Schema,
+    batch_rows: int,
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of committed `(global row, commit offset)` pairs, by source batch."""
+    if not committed:
+        return
+    ordered = sorted(committed)
+    i = 0
+    while i < len(ordered):
+        start = starts[bisect.bisect_right(starts, ordered[i][0]) - 1]
+        batch = live[start]
+        stop = start + len(batch)
+        rows, commits = [], []
+        while i < len(ordered) and ordered[i][0] < stop:
+            rows.append(ordered[i][0] - start)
+            commits.append(ordered[i][1])
+            i += 1
+        yield from _sliced(record_batch(batch, schema, rows, commits), batch_rows)
+
+
+def split_batches(
+    decoder: RangeDecoder, plan: SplitPlan, schema: pa.Schema, batch_rows: int = 65536
+) -> Iterator[pa.RecordBatch]:
+    """Phase 2 of the split plan: the committed messages of one split."""
+    committer: SplitCommitter[int] = SplitCommitter(plan)
+    live: dict[int, DecodedBatch] = {}
+    starts: list[int] = []
+    row = 0
+    split = plan.split
+    for batch in decoder.batches(split.begin, split.end):
+        n = len(batch)
+        live[row] = batch
+        starts.append(row)
+        out = committer.feed(
+            batch.producers, batch.clocks, batch.flags, batch.begins, range(row, row + n)
+        )
+        row += n
+        yield from _emit(live, starts, out, schema, batch_rows)
+        # Drop batches no pending transaction still refers to.
+        oldest = committer.oldest_pending()
+        horizon = row if oldest is None else oldest
+        while len(starts) > 1 and starts[1] <= horizon:
+            del live[starts.pop(0)]
+        if starts and starts[0] + len(live[starts[0]]) <= horizon:
+            del live[starts.pop(0)]
+    yield from _emit(live, starts, committer.finish(), schema, batch_rows)
+
+
+def sequential_batches(
+    decoder: RangeDecoder,
+    begin: int,
+    end: int,
+    schema: pa.Schema,
+    sequencer: Sequencer | None = None,
+    batch_rows: int = 65536,
+) -> Iterator[pa.RecordBatch]:
+    """The committed messages of `[begin, end)` as the Sequencer decides them.
+
+    `sequencer` carries producer states from an earlier read (streaming); transactions
+    that began before `begin` are replayed from the journal when their ACK comes.
+    """
+    seq = Sequencer() if sequencer is None else sequencer
+    journal = decoder.journal
+    kept: list[DecodedBatch] = []
+
+    def replay(j: str, replay_begin: int, replay_end: int) -> Iterable[Envelope]:
+        if not kept or replay_begin < kept[0].base:
+            stop = min(replay_end, kept[0].base) if kept else replay_end
+            kept[:0] = list(decoder.batches(replay_begin, stop, keep_envelopes=True))
+        for b in list(kept):
+            if b.end <= replay_begin:
+                continue
+            if b.base >= replay_end:
+                break
+            for env in b.envelopes or ():
+                if replay_begin <= env.begin and env.end <= replay_end:
+                    yield env
+
+    def source_of(env: Envelope) -> DecodedBatch:
+        if kept[-1].base <= env.begin:
+            return kept[-1]
+        return kept[bisect.bisect_right([b.base for b in kept], env.begin) - 1]
+
+    for batch in decoder.batches(begin, end, keep_envelopes=True):
+        kept.append(batch)
+        # Committed rows by source batch (a replay may add older batches meanwhile).
+        out: dict[int, tuple[DecodedBatch, list[int], list[int]]] = {}
+        for env, commit in sequence_with_commits(seq, batch.envelopes or (), replay):
+            src = source_of(env)
+            _, rows, commits = out.setdefault(id(src), (src, [], []))
+            rows.append(bisect.bisect_left(src.begins, env.begin))
+            commits.append(commit)
+        for src, rows, commits in out.values():
+            yield from _sliced(record_batch(src, schema, rows, commits), batch_rows)
+        # Keep only what an open transaction may still deliver.
+        _, states = seq.checkpoint()
+        opens = [s.begin for s in states if s.journal == journal and s.begin != -1]
+        horizon = min(opens) if opens else batch.end
+        while kept and kept[0].end <= horizon:
+            kept.pop(0)

@@ -1,0 +1,120 @@
+"""Backend primitives: create-only-if-absent on each backend, and S3 quirks."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import fsspec
+import pytest
+
+from oncelog.journal import AppendNotSupported
+from oncelog.journal.backends import (
+    GenericBackend,
+    LocalBackend,
+    MemoryBackend,
+    S3Backend,
+    backend_for,
+)
+
+
+def test_backend_is_chosen_by_protocol(tmp_path: Any) -> None:
+    assert isinstance(backend_for(fsspec.filesystem("file"), str(tmp_path)), LocalBackend)
+    assert isinstance(backend_for(fsspec.filesystem("memory"), "/x"), MemoryBackend)
+    from fsspec.implementations.dirfs import DirFileSystem
+
+    dirfs = DirFileSystem(path="/x", fs=fsspec.filesystem("memory"))
+    generic = backend_for(dirfs, "")
+    assert type(generic) is GenericBackend and not generic.can_create
+    with pytest.raises(AppendNotSupported, match="only-if-absent"):
+        generic.create("a", b"x")
+
+
+def test_create_has_exactly_one_winner_under_contention(store_url: Any) -> None:
+    client = store_url.open()
+    backend = client.store.backend
+    path = backend.join(".oncelog", "contended")
+    barrier = threading.Barrier(6)
+    wins: list[tuple[int, bool]] = []
+
+    def attempt(i: int) -> None:
+        barrier.wait()
+        wins.append((i, backend.create(path, b"writer %d" % i)))
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, won in wins if won]
+    assert len(winners) == 1
+    assert backend.read(path) == b"writer %d" % winners[0]
+
+
+def test_local_writes_leave_no_temporary_files(tmp_path: Any) -> None:
+    backend = LocalBackend(fsspec.filesystem("file"), str(tmp_path))
+    target = backend.join("deep", "dir", "obj")
+    backend.write(target, b"one")
+    backend.write(target, bytearray(b"two"))
+    assert backend.create(backend.join("deep", "dir", "claim"), b"c") is True
+    assert backend.create(backend.join("deep", "dir", "claim"), b"d") is False
+    assert sorted(os.listdir(tmp_path / "deep" / "dir")) == ["claim", "obj"]
+    assert backend.read(target) == b"two"
+    assert backend.read_range(target, 1, 3) == b"wo"
+
+
+def test_local_listing_hides_and_reports_debris(tmp_path: Any) -> None:
+    backend = LocalBackend(fsspec.filesystem("file"), str(tmp_path))
+    backend.write(backend.join("j", "a"), b"1")
+    (tmp_path / "j" / ".tmp-dead").write_bytes(b"partial")
+    (tmp_path / "j" / "sub").mkdir()
+    assert [o.name for o in backend.list_dir(backend.join("j"))] == ["a"]
+    assert [o.name for o in backend.list_temp(backend.join("j"))] == [".tmp-dead"]
+    assert backend.list_names_after(backend.join("j"), None) == ["a", "sub"]
+    assert backend.list_dir(backend.join("missing")) == []
+
+
+class _FakeS3:
+    """Just enough of an s3fs filesystem for S3Backend.create."""
+
+    protocol = ("s3", "s3a")
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    def pipe_file(self, path: str, data: bytes, mode: str = "overwrite") -> None:
+        assert mode == "create"
+        if self.error is not None:
+            raise self.error
+
+
+def _client_error(code: str, status: int) -> OSError:
+    exc = OSError(5, "s3 said no")
+    cause = Exception(code)
+    cause.response = {  # type: ignore[attr-defined]
+        "Error": {"Code": code},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    exc.__cause__ = cause
+    return exc
+
+
+def test_s3_bare_412_means_the_object_exists() -> None:
+    backend = S3Backend(_FakeS3(_client_error("PreconditionFailed", 412)), "b")  # type: ignore[arg-type]
+    assert backend.create("b/k", b"x") is False
+    assert S3Backend(_FakeS3(None), "b").create("b/k", b"x") is True  # type: ignore[arg-type]
+
+
+def test_s3_other_errors_propagate_for_retry() -> None:
+    backend = S3Backend(_FakeS3(_client_error("ConditionalRequestConflict", 409)), "b")  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="s3 said no"):
+        backend.create("b/k", b"x")
+
+
+def test_old_s3fs_is_refused_for_appends() -> None:
+    backend = S3Backend(_FakeS3(None), "b")  # type: ignore[arg-type]
+    backend._s3fs_version = "2024.12.0"
+    assert not backend.can_create
+    with pytest.raises(AppendNotSupported, match="2025.7.0"):
+        backend.create("b/k", b"x")
