@@ -12,8 +12,8 @@ import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal
 
-from oncelog.framing import FrameDecodeError, decode_stream, for_content_type
-from oncelog.message import Envelope, Flags, clock_from_unix_ns
+from oncelog.framing import FrameDecodeError, decode_batches, for_content_type
+from oncelog.message import Envelope, Flags, clock_from_unix_ns, prime_ids
 from oncelog.sequencer import ProducerState, Sequencer
 
 if TYPE_CHECKING:
@@ -102,6 +102,24 @@ def read_uncommitted(
     journal and offsets, or are skipped with `on_error="skip"`. `on_open` receives
     the JournalReader once opened: closing it from another thread ends a blocked read.
     """
+    for batch in _uncommitted_batches(
+        client, journal, offset, new_message, block, end, on_error, chunk_size, on_open
+    ):
+        yield from batch
+
+
+def _uncommitted_batches(
+    client: "JournalClient",
+    journal: str,
+    offset: Position,
+    new_message: Callable[[Any], Any] | None,
+    block: bool,
+    end: int | None,
+    on_error: OnError,
+    chunk_size: int,
+    on_open: Callable[[Any], None] | None,
+) -> Iterator[list[Envelope]]:
+    """`read_uncommitted`, a decoded chunk at a time."""
     start = _resolve_offset(journal, offset)
     handler = _error_handler(on_error)
     framing = for_content_type(client.get(journal).content_type)
@@ -109,7 +127,7 @@ def read_uncommitted(
     if on_open is not None:
         on_open(reader)
     try:
-        yield from decode_stream(
+        yield from decode_batches(
             framing,
             _chunks(reader, end, chunk_size),
             journal=journal,
@@ -160,26 +178,23 @@ def read_committed(
         if start == -1:
             start = client.head(journal)
         sequencer = Sequencer(offsets={journal: start})
-    uncommitted = read_uncommitted(
-        client,
-        journal,
-        start,
-        new_message=new_message,
-        block=block,
-        on_error=on_error,
-        chunk_size=chunk_size,
-        on_open=on_open,
+    batches = _uncommitted_batches(
+        client, journal, start, new_message, block, None, on_error, chunk_size, on_open
     )
+    replay = _replayer(client, new_message, on_error)
+    ack = Flags.ACK_TXN
     try:
-        committed = sequencer.sequence(uncommitted, _replayer(client, new_message, on_error))
-        if include_acks:
-            yield from committed
-        else:
-            for env in committed:
-                if env.ids[2] != Flags.ACK_TXN:
-                    yield env
+        for batch in batches:
+            prime_ids(batch)  # parse the batch's UUIDs in bulk before sequencing
+            committed = sequencer.sequence(batch, replay)
+            if include_acks:
+                yield from committed
+            else:
+                for env in committed:
+                    if env._ids[2] is not ack:  # ids are parsed: the sequencer read them
+                        yield env
     finally:
-        uncommitted.close()
+        batches.close()
 
 
 def checkpoint_after_dequeued(

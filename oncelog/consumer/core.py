@@ -29,8 +29,9 @@ from oncelog.consumer.checkpoint import (
     validate_group_name,
 )
 from oncelog.consumer.shards import shard_journals
+from oncelog.framing import decode_batches, for_content_type
 from oncelog.labels import LabelSelector
-from oncelog.message import Envelope, Message
+from oncelog.message import Envelope, Message, prime_ids
 from oncelog.publisher import AckIntent, Mapping, Publisher
 from oncelog.reading import read_uncommitted
 from oncelog.sequencer import Sequencer
@@ -108,20 +109,46 @@ class Transaction:
 
 
 class _Input:
-    """One journal being read: where the next read starts, and its open reader."""
+    """One journal being read: where the next read starts, its open reader, and the
+    decoded batch being fed to the Sequencer (`batch[pos:]` not yet fed)."""
 
-    __slots__ = ("journal", "offset", "it", "exhausted")
+    __slots__ = ("journal", "offset", "batches", "batch", "pos", "exhausted")
 
     def __init__(self, journal: str, offset: int) -> None:
         self.journal = journal
         self.offset = offset
-        self.it: Iterator[Envelope] | None = None
+        self.batches: Iterator[list[Envelope]] | None = None
+        self.batch: list[Envelope] = []
+        self.pos = 0
         self.exhausted = False
 
     def close(self) -> None:
-        if self.it is not None:
-            self.it.close()  # type: ignore[attr-defined]
-            self.it = None
+        if self.batches is not None:
+            self.batches.close()  # type: ignore[attr-defined]
+            self.batches = None
+        self.batch, self.pos = [], 0
+
+
+def _read_batches(
+    client: "JournalClient",
+    journal: str,
+    offset: int,
+    new_message: Callable[[Any], Any] | None,
+    chunk_size: int = 1 << 20,
+) -> Iterator[list[Envelope]]:
+    """Read-uncommitted envelopes of `journal` from `offset` to its head, a decoded chunk
+    at a time, with their UUIDs parsed in bulk (`prime_ids`)."""
+    framing = for_content_type(client.get(journal).content_type)
+    reader = client.read(journal, offset)
+    try:
+        chunks = iter(lambda: reader.read(chunk_size), b"")
+        for batch in decode_batches(
+            framing, chunks, journal=journal, offset=offset, new_message=new_message
+        ):
+            prime_ids(batch)
+            yield batch
+    finally:
+        reader.close()
 
 
 def _seconds(value: float | timedelta, what: str) -> float:
@@ -435,7 +462,7 @@ class Consumer:
         seq = self._seq
         assert seq is not None
         for env in seq.sequence(self._feed(txn), self._replay):
-            if env.ids[2] == _ACK_TXN:
+            if (env._ids or env.ids)[2] == _ACK_TXN:  # parsed already by the Sequencer
                 continue  # acknowledgements commit others; they are not delivered
             handler(env, txn)
             txn.messages += 1
@@ -450,7 +477,7 @@ class Consumer:
         so the transaction then ends with the Sequencer between sequences.
         """
         inputs = list(self._inputs.values())
-        batch = self._read_batch
+        limit = self._read_batch
         deadline = txn.deadline
         clock = time.monotonic
         while True:
@@ -458,30 +485,34 @@ class Consumer:
             for inp in inputs:
                 if inp.exhausted:
                     continue
-                it = inp.it
-                if it is None:
-                    it = inp.it = read_uncommitted(
-                        self.client, inp.journal, inp.offset, new_message=self._new_message
-                    )
-                pull = it.__next__
                 n = 0
-                while n < batch:
-                    # The deadline is checked every 64 envelopes read (and after each
-                    # message handled): a transaction always makes some progress.
-                    if txn._closing or self._stopping or (
-                        n and not n & 63 and clock() >= deadline
-                    ):
-                        txn._closing = True
-                        return
-                    try:
-                        env = pull()
-                    except StopIteration:
-                        inp.it = None
-                        inp.exhausted = True
-                        break
-                    inp.offset = env.end
-                    n += 1
-                    yield env
+                batch, pos = inp.batch, inp.pos
+                try:
+                    while n < limit:
+                        # The deadline is checked every 64 envelopes read (and after each
+                        # message handled): a transaction always makes some progress.
+                        if txn._closing or self._stopping or (
+                            n and not n & 63 and clock() >= deadline
+                        ):
+                            txn._closing = True
+                            return
+                        if pos == len(batch):
+                            if inp.batches is None:
+                                inp.batches = _read_batches(
+                                    self.client, inp.journal, inp.offset, self._new_message
+                                )
+                            batch, pos = next(inp.batches, None), 0
+                            if batch is None:
+                                inp.batches, batch = None, []
+                                inp.exhausted = True
+                                break
+                        env = batch[pos]
+                        pos += 1
+                        inp.offset = env.end
+                        n += 1
+                        yield env
+                finally:
+                    inp.batch, inp.pos = batch, pos
                 if n:
                     progressed = True
             if not progressed:

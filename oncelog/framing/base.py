@@ -35,6 +35,7 @@ __all__ = [
     "for_content_type",
     "content_types",
     "decode_stream",
+    "decode_batches",
 ]
 
 CONTENT_TYPE_JSON_LINES = "application/x-ndjson"
@@ -317,7 +318,7 @@ def build_envelopes(journal: str, offsets: list[int], messages: Iterable[Any]) -
 ErrorHandler = Callable[[FrameDecodeError], None]
 
 
-def decode_stream(
+def decode_batches(
     framing: Framing,
     chunks: Iterable[Buffer],
     *,
@@ -325,8 +326,9 @@ def decode_stream(
     offset: int = 0,
     new_message: Callable[[Any], Any] | None = None,
     on_error: ErrorHandler | None = None,
-) -> Iterator[Envelope]:
-    """Envelopes of the frames in consecutive chunks of a journal starting at `offset`.
+) -> Iterator[list[Envelope]]:
+    """Lists of envelopes, one or more per chunk, of the frames in consecutive chunks of a
+    journal starting at `offset`: `decode_stream` a batch at a time, for hot paths.
 
     Partial frames are carried over to the next chunk; the end of `chunks` is the
     end of the data (a partial frame left then raises TruncatedFrame). On bad bytes,
@@ -337,7 +339,7 @@ def decode_stream(
     pending = bytearray()
     base = offset
 
-    def drain(final: bool) -> Iterator[Envelope]:
+    def drain(final: bool) -> Iterator[list[Envelope]]:
         nonlocal base
         while True:
             try:
@@ -345,7 +347,8 @@ def decode_stream(
                     pending, journal=journal, base=base, final=final, new_message=new_message
                 )
             except FrameDecodeError as exc:
-                yield from exc.envelopes
+                if exc.envelopes:
+                    yield exc.envelopes
                 exc.envelopes = []  # delivered: don't keep them alive with the error
                 if on_error is None or exc.end is None:
                     raise
@@ -355,7 +358,8 @@ def decode_stream(
                 continue
             del pending[: result.consumed]
             base = result.next_offset
-            yield from result.envelopes
+            if result.envelopes:
+                yield result.envelopes
             return
 
     for chunk in chunks:
@@ -363,3 +367,21 @@ def decode_stream(
             pending += chunk
             yield from drain(False)
     yield from drain(True)
+
+
+def decode_stream(
+    framing: Framing,
+    chunks: Iterable[Buffer],
+    *,
+    journal: str,
+    offset: int = 0,
+    new_message: Callable[[Any], Any] | None = None,
+    on_error: ErrorHandler | None = None,
+) -> Iterator[Envelope]:
+    """Envelopes of the frames in consecutive chunks of a journal starting at `offset`
+    (see `decode_batches` for partial frames and bad bytes)."""
+    for batch in decode_batches(
+        framing, chunks, journal=journal, offset=offset, new_message=new_message,
+        on_error=on_error,
+    ):
+        yield from batch

@@ -183,10 +183,15 @@ class ReadOptions:
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    """Options of `df.write` / `df.writeStream` with format `oncelog`."""
+    """Options of `df.write` / `df.writeStream` with format `oncelog`.
+
+    Targets: `journal` (one name), or `journals` (comma-separated names or a label
+    selector) or `selector`, with `key` naming the column that maps each row to one of
+    several targets (`mapping`: modulo or rendezvous).
+    """
 
     store: StoreOptions
-    journal: str | None = None
+    journals: tuple[str, ...] = ()
     selector: str = ""
     key: str | None = None
     mapping: str = "modulo"
@@ -196,14 +201,21 @@ class WriteOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         opts = _lower(options)
-        journal = (opts.get("journal") or "").strip() or None
-        selector = (opts.get("selector") or opts.get("journals") or "").strip()
-        if journal and selector:
-            raise OptionError("give either 'journal' (one target) or 'selector' with 'key', not both")
-        if not journal and not selector:
+        journal = (opts.get("journal") or "").strip()
+        listed = (opts.get("journals") or "").strip()
+        selector = (opts.get("selector") or "").strip()
+        if sum(map(bool, (journal, listed, selector))) > 1:
+            raise OptionError("give one of 'journal', 'journals' or 'selector' as the target")
+        names: tuple[str, ...] = (journal,) if journal else ()
+        if listed:
+            if any(mark in listed for mark in _SELECTOR_MARKS):
+                selector = listed
+            else:
+                names = tuple(n.strip() for n in listed.split(",") if n.strip())
+        if not names and not selector:
             raise OptionError(
-                "option 'journal' (the target journal) or 'selector' (target journals, "
-                "with 'key' naming the column that picks one) is required"
+                "option 'journal' (the target journal), or 'journals' / 'selector' (target "
+                "journals, with 'key' naming the column that picks one) is required"
             )
         key = opts.get("key") or None
         if selector:
@@ -211,11 +223,11 @@ class WriteOptions:
                 LabelSelector.parse(selector)
             except ValueError as exc:
                 raise OptionError(f"bad label selector {selector!r}: {exc}") from None
-            if key is None:
-                raise OptionError(
-                    f"option 'key' is required with selector {selector!r}: the column whose "
-                    "value maps each row to one of the selected journals"
-                )
+        if key is None and (selector or len(names) > 1):
+            raise OptionError(
+                f"option 'key' is required with several target journals ({selector or names}): "
+                "the column whose value maps each row to one of them"
+            )
         mapping = (opts.get("mapping") or "modulo").strip().lower()
         if mapping not in ("modulo", "rendezvous"):
             raise OptionError(f"option 'mapping' must be modulo or rendezvous, not {mapping!r}")
@@ -224,7 +236,7 @@ class WriteOptions:
             raise OptionError(f"option 'writer_id' must be a plain name, not {writer_id!r}")
         return cls(
             store=StoreOptions.parse(opts),
-            journal=journal,
+            journals=names,
             selector=selector,
             key=key,
             mapping=mapping,

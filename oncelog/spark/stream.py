@@ -166,22 +166,23 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if rows is None and size is None and not options.committed:
             return JournalOffset(head), 0, head - prev.offset
         new_message = new_message_factory(options, content_type, journal)
-        envelopes: Iterable[Envelope] = read_uncommitted(
-            client, journal, prev.offset, end=head, new_message=new_message
-        )
+        envelopes = read_uncommitted(client, journal, prev.offset, end=head, new_message=new_message)
         counted = _Counted(envelopes, prev.offset, size)
         limited: Iterable[Envelope] = counted if rows is None else islice(counted, rows)
-        if not options.committed:
-            for _ in limited:
+        try:
+            if not options.committed:
+                for _ in limited:
+                    pass
+                return JournalOffset(counted.end), counted.rows, counted.end - prev.offset
+            seq = Sequencer({journal: prev.offset}, prev.sequencer_states(journal))
+
+            def replay(j: str, begin: int, end: int) -> Iterable[Envelope]:
+                return read_uncommitted(client, j, begin, end=end, new_message=new_message)
+
+            for _ in seq.sequence(limited, replay):
                 pass
-            return JournalOffset(counted.end), counted.rows, counted.end - prev.offset
-        seq = Sequencer({journal: prev.offset}, prev.sequencer_states(journal))
-
-        def replay(j: str, begin: int, end: int) -> Iterable[Envelope]:
-            return read_uncommitted(client, j, begin, end=end, new_message=new_message)
-
-        for _ in seq.sequence(limited, replay):
-            pass
+        finally:
+            envelopes.close()
         offsets, states = seq.checkpoint(options.prune_horizon)
         end = offsets.get(journal, prev.offset)
         kept = tuple(

@@ -70,8 +70,8 @@ class TaskCommit(WriterCommitMessage):
 
 def write_targets(client: JournalClient, options: WriteOptions) -> list[JournalSpec]:
     """The target journals (by name), checked to share one writable content type."""
-    if options.journal is not None:
-        specs = [client.get(options.journal)]
+    if options.journals:
+        specs = sorted((client.get(name) for name in set(options.journals)), key=lambda s: s.name)
     else:
         specs = sorted(client.list(options.selector), key=lambda s: s.name)
         if not specs:

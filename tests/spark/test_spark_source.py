@@ -269,9 +269,11 @@ def test_read_options_storage_options_and_selectors() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"store": "/x"}, "'journal' .* or 'selector'"),
-        ({"store": "/x", "journal": "a", "selector": "app=b"}, "not both"),
+        ({"store": "/x"}, "'journal' .* is required"),
+        ({"store": "/x", "journal": "a", "selector": "app=b"}, "one of 'journal', 'journals'"),
         ({"store": "/x", "selector": "app=b"}, "'key' is required"),
+        ({"store": "/x", "journals": "a,b"}, "'key' is required"),
+        ({"store": "/x", "journals": "app=b", "key": "k", "selector": "x=y"}, "one of"),
         ({"store": "/x", "journal": "a", "mapping": "hash"}, "modulo or rendezvous"),
         ({"store": "/x", "journal": "a", "writer_id": "a/b"}, "plain name"),
     ],
