@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "read_uncommitted",
     "read_committed",
+    "read_uncommitted_batches",
     "MessageReader",
     "OnError",
     "time_filter",
@@ -102,24 +103,29 @@ def read_uncommitted(
     journal and offsets, or are skipped with `on_error="skip"`. `on_open` receives
     the JournalReader once opened: closing it from another thread ends a blocked read.
     """
-    for batch in _uncommitted_batches(
-        client, journal, offset, new_message, block, end, on_error, chunk_size, on_open
+    for batch in read_uncommitted_batches(
+        client, journal, offset, new_message=new_message, block=block, end=end,
+        on_error=on_error, chunk_size=chunk_size, on_open=on_open, prime=False,
     ):
         yield from batch
 
 
-def _uncommitted_batches(
+def read_uncommitted_batches(
     client: "JournalClient",
     journal: str,
-    offset: Position,
-    new_message: Callable[[Any], Any] | None,
-    block: bool,
-    end: int | None,
-    on_error: OnError,
-    chunk_size: int,
-    on_open: Callable[[Any], None] | None,
+    offset: Position = 0,
+    *,
+    new_message: Callable[[Any], Any] | None = None,
+    block: bool = False,
+    end: int | None = None,
+    on_error: OnError = "raise",
+    chunk_size: int = DEFAULT_CHUNK,
+    on_open: Callable[[Any], None] | None = None,
+    prime: bool = True,
 ) -> Iterator[list[Envelope]]:
-    """`read_uncommitted`, a decoded chunk at a time."""
+    """`read_uncommitted`, a decoded chunk (a list of envelopes) at a time: the fast path
+    for code that sequences or processes batches itself. With `prime=True` the batch's
+    UUIDs are parsed in bulk first (`oncelog.message.prime_ids`)."""
     start = _resolve_offset(journal, offset)
     handler = _error_handler(on_error)
     framing = for_content_type(client.get(journal).content_type)
@@ -127,14 +133,17 @@ def _uncommitted_batches(
     if on_open is not None:
         on_open(reader)
     try:
-        yield from decode_batches(
+        for batch in decode_batches(
             framing,
             _chunks(reader, end, chunk_size),
             journal=journal,
             offset=reader.offset,
             new_message=new_message,
             on_error=handler,
-        )
+        ):
+            if prime:
+                prime_ids(batch)
+            yield batch
     finally:
         reader.close()
 
@@ -178,14 +187,14 @@ def read_committed(
         if start == -1:
             start = client.head(journal)
         sequencer = Sequencer(offsets={journal: start})
-    batches = _uncommitted_batches(
-        client, journal, start, new_message, block, None, on_error, chunk_size, on_open
+    batches = read_uncommitted_batches(
+        client, journal, start, new_message=new_message, block=block, on_error=on_error,
+        chunk_size=chunk_size, on_open=on_open,
     )
     replay = _replayer(client, new_message, on_error)
     ack = Flags.ACK_TXN
     try:
-        for batch in batches:
-            prime_ids(batch)  # parse the batch's UUIDs in bulk before sequencing
+        for batch in batches:  # UUIDs parsed in bulk, then sequenced
             committed = sequencer.sequence(batch, replay)
             if include_acks:
                 yield from committed

@@ -257,3 +257,35 @@ def test_proto_message_without_uuid_field_rejected() -> None:
     Event = _proto_class()
     with pytest.raises(ValueError, match="no field 'id'"):
         ProtoMessage(Event(), uuid_field="id")
+
+
+@given(st.lists(st.tuples(producers, clocks, flag_values), min_size=1, max_size=30))
+def test_prime_ids_matches_lazy_parsing(items: list[tuple[bytes, int, int]]) -> None:
+    from oncelog.message import prime_ids
+
+    envs = [
+        Envelope("j", i, i + 1, JSONMessage({"uuid": str(build_uuid(p, c, f))}))
+        for i, (p, c, f) in enumerate(items)
+    ]
+    prime_ids(envs)
+    assert [e._ids for e in envs] == [(p, c, f) for p, c, f in items]
+    assert all(type(e.ids[2]) is type(get_flags(e.uuid)) for e in envs)
+
+
+def test_prime_ids_leaves_odd_batches_to_lazy_parsing() -> None:
+    from oncelog.message import prime_ids
+
+    u = build_uuid(new_producer_id(), 99 << 4, Flags.ACK_TXN)
+    batches = [
+        [Envelope("j", 0, 1, JSONMessage({"uuid": str(u)})), Envelope("j", 1, 2, JSONMessage({}))],
+        [Envelope("j", 0, 1, JSONMessage({"uuid": str(u).replace("-", "")}))],
+        [Envelope("j", 0, 1, JSONMessage({"uuid": str(u)[:-1] + "z"}))],
+        [Envelope("j", 0, 1, CSVRecord([str(u)]))],
+    ]
+    for batch in batches:
+        prime_ids(batch)
+        assert all(e._ids is None for e in batch)
+    assert batches[0][1].ids == (bytes(6), 0, Flags.OUTSIDE_TXN)
+    assert batches[1][0].ids == uuid_fields(u)  # non-canonical but valid: parsed lazily
+    with pytest.raises(ValueError, match="not a UUID"):
+        batches[2][0].clock

@@ -29,11 +29,10 @@ from oncelog.consumer.checkpoint import (
     validate_group_name,
 )
 from oncelog.consumer.shards import shard_journals
-from oncelog.framing import decode_batches, for_content_type
 from oncelog.labels import LabelSelector
-from oncelog.message import Envelope, Message, prime_ids
+from oncelog.message import Envelope, Message
 from oncelog.publisher import AckIntent, Mapping, Publisher
-from oncelog.reading import read_uncommitted
+from oncelog.reading import read_uncommitted, read_uncommitted_batches
 from oncelog.sequencer import Sequencer
 
 if TYPE_CHECKING:
@@ -127,28 +126,6 @@ class _Input:
             self.batches.close()  # type: ignore[attr-defined]
             self.batches = None
         self.batch, self.pos = [], 0
-
-
-def _read_batches(
-    client: "JournalClient",
-    journal: str,
-    offset: int,
-    new_message: Callable[[Any], Any] | None,
-    chunk_size: int = 1 << 20,
-) -> Iterator[list[Envelope]]:
-    """Read-uncommitted envelopes of `journal` from `offset` to its head, a decoded chunk
-    at a time, with their UUIDs parsed in bulk (`prime_ids`)."""
-    framing = for_content_type(client.get(journal).content_type)
-    reader = client.read(journal, offset)
-    try:
-        chunks = iter(lambda: reader.read(chunk_size), b"")
-        for batch in decode_batches(
-            framing, chunks, journal=journal, offset=offset, new_message=new_message
-        ):
-            prime_ids(batch)
-            yield batch
-    finally:
-        reader.close()
 
 
 def _seconds(value: float | timedelta, what: str) -> float:
@@ -498,8 +475,9 @@ class Consumer:
                             return
                         if pos == len(batch):
                             if inp.batches is None:
-                                inp.batches = _read_batches(
-                                    self.client, inp.journal, inp.offset, self._new_message
+                                inp.batches = read_uncommitted_batches(
+                                    self.client, inp.journal, inp.offset,
+                                    new_message=self._new_message,
                                 )
                             batch, pos = next(inp.batches, None), 0
                             if batch is None:

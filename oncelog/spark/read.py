@@ -16,6 +16,7 @@ import bisect
 from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from oncelog.message import Envelope
 from oncelog.sequencer import Sequencer
@@ -38,8 +39,8 @@ def _sliced(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
 def split_facts(decoder: RangeDecoder, split: Split) -> SplitFacts:
     """Phase 1 of the split plan: the producers' facts of one split."""
     facts = SplitFacts()
-    for batch in decoder.batches(split.begin, split.end, ids_only=True):
-        gather_facts(zip(batch.producers, batch.clocks, batch.flags, batch.begins), facts)
+    for producers, clocks, flags, begins in decoder.ids(split.begin, split.end):
+        gather_facts(zip(producers, clocks, flags, begins), facts)
     return facts
 
 
@@ -133,25 +134,42 @@ def sequential_batches(
                 if replay_begin <= env.begin and env.end <= replay_end:
                     yield env
 
-    def source_of(env: Envelope) -> DecodedBatch:
-        if kept[-1].base <= env.begin:
-            return kept[-1]
-        return kept[bisect.bisect_right([b.base for b in kept], env.begin) - 1]
+    def source_of(begin: int) -> DecodedBatch:
+        return kept[bisect.bisect_right([b.base for b in kept], begin) - 1]
 
     for batch in decoder.batches(begin, end, keep_envelopes=True):
         kept.append(batch)
-        # Committed rows by source batch (a replay may add older batches meanwhile).
-        out: dict[int, tuple[DecodedBatch, list[int], list[int]]] = {}
+        # Begin offsets and commit offsets of the committed messages of this batch, and of
+        # older ones (a replay may add older batches to `kept` meanwhile).
+        here_begins: list[int] = []
+        here_commits: list[int] = []
+        older: list[tuple[int, int]] = []
+        base = batch.base
         for env, commit in sequence_with_commits(seq, batch.envelopes or (), replay):
-            src = source_of(env)
-            _, rows, commits = out.setdefault(id(src), (src, [], []))
-            rows.append(bisect.bisect_left(src.begins, env.begin))
-            commits.append(commit)
-        for src, rows, commits in out.values():
-            yield from _sliced(record_batch(src, schema, rows, commits), batch_rows)
+            if env.begin >= base:
+                here_begins.append(env.begin)
+                here_commits.append(commit)
+            else:
+                older.append((env.begin, commit))
+        by_source: dict[int, tuple[DecodedBatch, list[int], list[int]]] = {}
+        for b, commit in older:
+            src = source_of(b)
+            _, begins_, commits_ = by_source.setdefault(id(src), (src, [], []))
+            begins_.append(b)
+            commits_.append(commit)
+        for src, begins_, commits_ in [(batch, here_begins, here_commits), *by_source.values()]:
+            if begins_:
+                rows = None if begins_ == src.begins else _rows_of(src, begins_)
+                yield from _sliced(record_batch(src, schema, rows, commits_), batch_rows)
         # Keep only what an open transaction may still deliver.
         _, states = seq.checkpoint()
         opens = [s.begin for s in states if s.journal == journal and s.begin != -1]
         horizon = min(opens) if opens else batch.end
         while kept and kept[0].end <= horizon:
             kept.pop(0)
+
+
+def _rows_of(batch: DecodedBatch, begins: list[int]) -> list[int]:
+    """Row numbers in `batch` of messages starting at `begins`."""
+    index = pc.index_in(pa.array(begins, pa.int64()), value_set=batch.columns[1])
+    return index.to_pylist()

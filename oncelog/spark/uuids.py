@@ -26,7 +26,7 @@ _I64 = pa.int64()
 _UNIX_OFFSET_US = pa.scalar(UNIX_EPOCH_OFFSET // 10, _I64)
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _DASHES = (8, 13, 18, 23)
-_HEX = frozenset(b"0123456789abcdef")
+_HEX = b"0123456789abcdef"
 # The time-sortable key (a version 6 UUID) from a lower-case version 1 string: which
 # character of the v1 string goes to each position (None: a literal).
 _KEY_SOURCE: tuple[int | None, ...] = (
@@ -66,24 +66,37 @@ def _fixed_strings(buf: bytes | bytearray, width: int, n: int) -> pa.Array:
     return arr.cast(pa.string())
 
 
-def _canonical_buffer(texts: Sequence[object]) -> bytes | None:
+def _canonical_buffer(texts: Sequence[object] | pa.Array) -> bytes | None:
     """The rows' lower-case UUID strings back to back, if every row is a canonical string."""
     n = len(texts)
-    try:
-        joined = "".join(texts)  # type: ignore[arg-type]
-    except TypeError:
-        return None  # a None or a non-string
-    if len(joined) != 36 * n or (n and max(map(len, texts)) != 36):  # type: ignore[arg-type]
-        return None
-    try:
-        low = joined.encode("ascii").lower()
-    except UnicodeEncodeError:
-        return None
+    if isinstance(texts, pa.Array):
+        if texts.null_count or not pa.types.is_string(texts.type):
+            return None
+        if n and pc.min_max(pc.binary_length(texts)).as_py() != {"min": 36, "max": 36}:
+            return None
+        offsets = texts.offset
+        data = texts.buffers()[2]
+        if data is None:
+            return None if n else b""
+        first = int.from_bytes(texts.buffers()[1][offsets * 4 : offsets * 4 + 4], "little")
+        raw = data.to_pybytes()[first : first + 36 * n]
+    else:
+        try:
+            joined = "".join(texts)  # type: ignore[arg-type]
+        except TypeError:
+            return None  # a None or a non-string
+        if len(joined) != 36 * n or (n and max(map(len, texts)) != 36):  # type: ignore[arg-type]
+            return None
+        try:
+            raw = joined.encode("ascii")
+        except UnicodeEncodeError:
+            return None
+    low = raw.lower()
     dashes = b"-" * n
     if any(low[p::36] != dashes for p in _DASHES):
         return None
     digits = low.translate(None, b"-")
-    if len(digits) != 32 * n or not _HEX.issuperset(set(digits)):
+    if len(digits) != 32 * n or digits.translate(None, _HEX):
         return None
     return low
 
@@ -98,15 +111,18 @@ def _is_canonical(text: object) -> bool:
 
 
 def uuid_columns(
-    texts: Sequence[object], fix: Callable[[int], str] | None = None
+    texts: Sequence[object] | pa.Array, fix: Callable[[int], str] | None = None
 ) -> UUIDColumns:
-    """Columns of `texts` (one message UUID per row, as found in the messages).
+    """Columns of `texts` (one message UUID per row, as found in the messages: a list, or
+    an Arrow string array).
 
     A row that is not a canonical UUID string is replaced by `fix(row)` (which must
     return one, or raise naming the bad message); without `fix` it raises ValueError.
     """
     low = _canonical_buffer(texts)
     if low is None:
+        if isinstance(texts, pa.Array):
+            texts = texts.to_pylist()
         fixed = list(texts)
         for i, text in enumerate(texts):
             if not _is_canonical(text):
