@@ -1,10 +1,11 @@
 """Journal append and read throughput against raw file I/O on the same filesystem.
 
-Appends N MB in 1 KiB appends (AsyncAppend per record, group commit, one flush at the end),
-then reads it back with a fresh client in 1 MiB reads, on local disk and on an S3 test
-server (moto, started in a child process). Baselines, measured in the same run: writing one
-plain file of the same bytes (local: write + fsync; S3: one PUT / multipart upload) and
-reading it back. Each oncelog figure is printed beside its baseline as a ratio.
+Appends N MB in 1 KiB appends (an AsyncAppend per record, group commit, one flush at the
+end, fragments of up to 64 MiB: `--length`), then reads it back with a fresh client in 1 MiB
+reads, on local disk and on an S3 test server (moto, started in a child process). Baselines,
+measured in the same run: writing one plain file of the same bytes (local: write + fsync;
+S3: one PUT / multipart upload) and reading it back. Each oncelog figure is printed beside
+its baseline as a ratio.
 
     .venv/bin/python benchmarks/journal.py            # 200 MB, local disk and S3
     .venv/bin/python benchmarks/journal.py --quick    # 20 MB smoke run
@@ -24,7 +25,8 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -52,13 +54,16 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def append_all(client: JournalClient, journal: str, records: list[bytes]) -> None:
+def append_all(
+    client: JournalClient, journal: str, records: list[bytes], flush: bool = True
+) -> None:
     start_append = client.start_append
     for rec in records:
         aa = start_append(journal)
         aa.write(rec)
         aa.release()
-    client.flush()
+    if flush:
+        client.flush()
 
 
 def read_all(client: JournalClient, journal: str, expected_len: int) -> None:
@@ -102,7 +107,21 @@ def moto_server() -> Iterator[dict[str, Any]]:
         proc.wait(30)
 
 
-def bench_local(records: list[bytes], data: bytes, sync_appends: int) -> list[tuple]:
+@dataclass
+class Row:
+    """One printed figure: oncelog's rate beside a baseline of the same run."""
+
+    backend: str
+    operation: str
+    value: float
+    unit: str = "MB/s"
+    baseline_name: str = ""
+    baseline: float | None = None
+    target: float | None = None
+    note: str = ""
+
+
+def bench_local(records: list[bytes], data: bytes, sync_appends: int) -> list[Row]:
     root = tempfile.mkdtemp(prefix="oncelog-bench-")
     try:
         raw_path = os.path.join(root, "raw.bin")
@@ -120,12 +139,13 @@ def bench_local(records: list[bytes], data: bytes, sync_appends: int) -> list[tu
                 while f.read(READ_SIZE):
                     pass
 
-        return run_suite("local", f"file://{root}/journals", {}, records, data, raw_write, raw_read, sync_appends)
+        suite = Suite("local", f"file://{root}/journals", {}, "raw write + fsync")
+        return suite.run(records, data, raw_write, raw_read, sync_appends)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def bench_s3(records: list[bytes], data: bytes, sync_appends: int) -> list[tuple]:
+def bench_s3(records: list[bytes], data: bytes, sync_appends: int) -> list[Row]:
     import boto3
     import fsspec
 
@@ -148,83 +168,138 @@ def bench_s3(records: list[bytes], data: bytes, sync_appends: int) -> list[tuple
         def raw_read() -> None:
             fs.cat_file(raw_path)  # s3fs: concurrent ranged GETs of one object
 
-        return run_suite("s3 (moto)", f"s3://{bucket}/journals", options, records, data, raw_write, raw_read, sync_appends)
+        suite = Suite("s3 (moto)", f"s3://{bucket}/journals", options, "raw write (PUT)")
+        return suite.run(records, data, raw_write, raw_read, sync_appends)
 
 
-def run_suite(
-    label: str,
-    url: str,
-    options: dict[str, Any],
-    records: list[bytes],
-    data: bytes,
-    raw_write: Callable[[], None],
-    raw_read: Callable[[], None],
-    sync_appends: int,
-) -> list[tuple]:
-    mb = len(data) / 1e6
-    t_raw_write = timed(raw_write)
-    t_raw_read = timed(raw_read)
+@dataclass
+class Suite:
+    """The same measurements on one store."""
 
-    writer = open_journals(url, **options)
-    writer.create(JournalSpec("bench/part-000", fragment=FragmentSpec()))
-    t_append = timed(lambda: append_all(writer, "bench/part-000", records))
-    fragments = writer.fragments("bench/part-000")
-    writer.close()
+    label: str
+    url: str
+    options: dict[str, Any]
+    write_baseline: str
+    spec: ClassVar[FragmentSpec] = FragmentSpec()
 
-    reader = open_journals(url, **options)  # cold: loads the claims from the store
-    t_read = timed(lambda: read_all(reader, "bench/part-000", len(data)))
-    reader.close()
+    def run(
+        self,
+        records: list[bytes],
+        data: bytes,
+        raw_write: Callable[[], None],
+        raw_read: Callable[[], None],
+        sync_appends: int,
+    ) -> list[Row]:
+        mb = len(data) / 1e6
+        t_raw_write = timed(raw_write)
+        t_raw_read = timed(raw_read)
 
-    rows = [
-        (label, f"append {len(records)} x 1 KiB, async + flush", mb / t_append, "raw write" + (" + fsync" if label == "local" else ""), mb / t_raw_write, 0.5),
-        (label, "read back, 1 MiB reads, SHA1-verified", mb / t_read, "raw read", mb / t_raw_read, 0.7),
-    ]
-    print(f"  [{label}] {len(fragments)} fragments, mean {mb / max(1, len(fragments)):.1f} MB each", flush=True)
+        writer = open_journals(self.url, **self.options)
+        writer.create(JournalSpec("bench/part-000", fragment=self.spec))
+        start = time.perf_counter()
+        append_all(writer, "bench/part-000", records, flush=False)
+        t_loop = time.perf_counter() - start
+        writer.flush()
+        t_append = time.perf_counter() - start
+        fragments = writer.fragments("bench/part-000")
+        writer.close()
 
-    if sync_appends:
-        sync_client = open_journals(url, **options)
-        sync_client.create(JournalSpec("bench/sync", fragment=FragmentSpec()))
-        few = records[:sync_appends]
-        t_sync = timed(lambda: [sync_client.append("bench/sync", r) for r in few])
-        sync_client.close()
-        rows.append((label, f"append() x {sync_appends}, each durable (appends/s)", sync_appends / t_sync, "", None, None))
-    return rows
+        reader = open_journals(self.url, **self.options)  # cold: reads claims from the store
+        t_read = timed(lambda: read_all(reader, "bench/part-000", len(data)))
+        reader.close()
+
+        rows = [
+            Row(
+                self.label,
+                f"append {len(records)} x 1 KiB, async + flush",
+                mb / t_append,
+                baseline_name=self.write_baseline,
+                baseline=mb / t_raw_write,
+                target=0.5,
+                note=f"{len(fragments)} fragments of up to {self.spec.length >> 20} MiB; "
+                f"appending took {t_loop:.2f} s, "
+                f"the last fragment {t_append - t_loop:.2f} s more",
+            ),
+            Row(
+                self.label,
+                "read back, 1 MiB reads, SHA1-verified",
+                mb / t_read,
+                baseline_name="raw read",
+                baseline=mb / t_raw_read,
+                target=0.7,
+            ),
+        ]
+        if sync_appends:
+            client = open_journals(self.url, **self.options)
+            client.create(JournalSpec("bench/sync", fragment=FragmentSpec()))
+            few = records[:sync_appends]
+            t_sync = timed(lambda: [client.append("bench/sync", r) for r in few])
+            client.close()
+            rows.append(
+                Row(
+                    self.label,
+                    f"append() x {sync_appends}, each durable",
+                    sync_appends / t_sync,
+                    unit="appends/s",
+                )
+            )
+        return rows
 
 
 def sha1_rate(data: bytes) -> float:
     return len(data) / 1e6 / timed(lambda: hashlib.sha1(data).digest())
 
 
+def print_rows(rows: list[Row]) -> None:
+    head = f"{'backend':<10} {'operation':<40} {'oncelog':>16} {'baseline':<18} {'raw':>10}"
+    print(head + f" {'ratio':>7} {'target':>7}")
+    for r in rows:
+        line = f"{r.backend:<10} {r.operation:<40} {r.value:>6.0f} {r.unit:<9}"
+        if r.baseline is not None and r.target is not None:
+            ratio = r.value / r.baseline
+            verdict = "ok" if ratio >= r.target else "below"
+            line += f" {r.baseline_name:<18} {r.baseline:>5.0f} MB/s {ratio:>6.2f}x"
+            line += f" {r.target:>5.1f}x {verdict}"
+        print(line)
+        if r.note:
+            print(f"{'':<11}  ({r.note})")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="20 MB instead of 200 MB")
     parser.add_argument("--mb", type=int, default=None, help="megabytes to append (default 200)")
     parser.add_argument("--backend", choices=["local", "s3", "all"], default="all")
+    parser.add_argument(
+        "--length",
+        type=int,
+        default=64,
+        help="FragmentSpec.length in MiB (default 64: a bulk load; the spec default is 16)",
+    )
     args = parser.parse_args()
+    Suite.spec = FragmentSpec(length=args.length << 20)
     total_mb = args.mb or (20 if args.quick else 200)
     sync_appends = 200 if args.quick else 1000
 
-    print(f"oncelog journal benchmark: {total_mb} MB in 1 KiB appends (python {sys.version.split()[0]}, {os.cpu_count()} cpus)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"oncelog journal benchmark: {total_mb} MB in 1 KiB appends "
+        f"(python {sys.version.split()[0]}, {os.cpu_count()} cpus, load {load:.1f})"
+    )
     records, data = make_records(total_mb)
-    rows: list[tuple] = []
+    rows: list[Row] = []
     if args.backend in ("local", "all"):
         rows += bench_local(records, data, sync_appends)
     if args.backend in ("s3", "all"):
         rows += bench_s3(records, data, sync_appends)
-
     print()
-    print(f"{'backend':<10} {'operation':<44} {'oncelog':>10} {'baseline':<18} {'raw':>10} {'ratio':>7} {'target':>7}")
-    for backend, op, value, base_name, base, target in rows:
-        if base is None:
-            print(f"{backend:<10} {op:<44} {value:>10.0f}")
-            continue
-        ratio = value / base
-        mark = "ok" if ratio >= target else "BELOW"
-        print(
-            f"{backend:<10} {op:<44} {value:>7.0f} MB/s {base_name:<18} {base:>5.0f} MB/s {ratio:>6.2f}x {target:>5.1f}x {mark}"
-        )
-    print(f"\nfor scale: SHA1 of the same bytes on one core runs at {sha1_rate(data):.0f} MB/s;"
-          " every byte appended or read is hashed once.")
+    print_rows(rows)
+    print(
+        f"\nfor scale: SHA1 of the same bytes runs at {sha1_rate(data):.0f} MB/s on one core; "
+        "every byte appended or read is hashed once."
+    )
 
 
 if __name__ == "__main__":

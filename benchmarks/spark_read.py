@@ -150,13 +150,16 @@ def copy_journals(source: JournalClient, target: JournalClient) -> None:
 def report(name: str, rows: int, seconds: float, baseline: float | None) -> float:
     rate = rows / seconds
     ratio = "" if baseline is None else f"{rate / baseline:6.2f}x Spark JSON"
-    print(f"{name:44s} {rows:>10,d} rows {seconds:7.2f} s {rate:>12,.0f} rows/s  {ratio}", flush=True)
+    line = f"{name:44s} {rows:>10,d} rows {seconds:7.2f} s {rate:>12,.0f} rows/s  {ratio}"
+    print(line, flush=True)
     return rate
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="200,000 messages instead of 2,000,000")
+    parser.add_argument(
+        "--quick", action="store_true", help="200,000 messages instead of 2,000,000"
+    )
     parser.add_argument("--messages", type=int, help="messages in all (default 2,000,000)")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 test server figure")
     args = parser.parse_args(argv)

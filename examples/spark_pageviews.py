@@ -59,7 +59,8 @@ def publish_views(client: JournalClient, transactions: int = 12, seed: int = 1) 
             pass
     # One transaction is still open when Spark reads: it is not counted.
     server = servers[0]
-    server.publish_uncommitted(lambda m: (PAGEVIEWS[0], NDJSON), JSONMessage({"page": "/", "user": "open"}))
+    pending = JSONMessage({"page": "/", "user": "open"})
+    server.publish_uncommitted(lambda m: (PAGEVIEWS[0], NDJSON), pending)
     server.flush()
 
 
@@ -82,7 +83,8 @@ def count_views(spark: Any, store: str, storage_options: dict[str, Any]) -> dict
         .load()
     )
     counts = views.groupBy("message.page").count().withColumnRenamed("count", "views")
-    counts.write.format("oncelog").options(**options).option("journal", COUNTS).mode("append").save()
+    writer = counts.write.format("oncelog").options(**options).option("journal", COUNTS)
+    writer.mode("append").save()
     return {row.page: row.views for row in counts.collect()}
 
 
@@ -117,23 +119,29 @@ def spark_session() -> tuple[Any, bool]:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
-    return (
+    spark = (
         SparkSession.builder.master("local[2]")
         .appName("oncelog-pageviews")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
-    ), True
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, True
 
 
 def _moto_store() -> tuple[Any, str, dict[str, Any]]:
     """A local S3 test server (moto) with a fresh bucket."""
+    import logging
     import socket
 
     import boto3
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -155,16 +163,22 @@ def _moto_store() -> tuple[Any, str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", help="s3://bucket/prefix of the journals (default: a local test server)")
+    parser.add_argument(
+        "--store", help="s3://bucket/prefix of the journals (default: a local test server)"
+    )
     parser.add_argument("--endpoint-url")
     parser.add_argument("--key")
     parser.add_argument("--secret")
     args = parser.parse_args(argv)
     server = None
     if args.store:
-        storage: dict[str, Any] = {k: v for k, v in (("key", args.key), ("secret", args.secret)) if v}
+        keys = (("key", args.key), ("secret", args.secret))
+        storage: dict[str, Any] = {k: v for k, v in keys if v}
         if args.endpoint_url:
-            storage["client_kwargs"] = {"endpoint_url": args.endpoint_url, "region_name": "us-east-1"}
+            storage["client_kwargs"] = {
+                "endpoint_url": args.endpoint_url,
+                "region_name": "us-east-1",
+            }
         store = args.store
     else:
         server, store, storage = _moto_store()

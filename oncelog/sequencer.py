@@ -516,8 +516,11 @@ class Sequencer:
                     self._replay_it = None  # replay drained: carry on from the ring
                     continue
                 self._check_replayed(env, emit)
-                if (env._ids or env.ids)[0] != emit.producer:
+                replayed_producer, replayed_clock, _ = env._ids or env.ids
+                if replayed_producer != emit.producer:
                     continue  # another producer's message, interleaved in the journal
+                if replayed_clock == 0:
+                    continue  # a zero clock commits at once: delivered when first queued
             dequeued = self._dequeued = env
             clock = self._dequeued_clock = (env._ids or env.ids)[1]  # type: ignore[union-attr]
             if clock and clock <= emit.min_clock:

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="$(bash scripts/venv.sh all,dev)"
-exec "$py" -m pytest -n 2 -q "$@"
+exec "$py" -m pytest -n 2 --dist loadgroup -q "$@"

@@ -101,13 +101,15 @@ def _client_error(code: str, status: int) -> OSError:
 
 
 def test_s3_bare_412_means_the_object_exists() -> None:
-    backend = S3Backend(_FakeS3(_client_error("PreconditionFailed", 412)), "b")  # type: ignore[arg-type]
+    fake: Any = _FakeS3(_client_error("PreconditionFailed", 412))
+    backend = S3Backend(fake, "b")
     assert backend.create("b/k", b"x") is False
     assert S3Backend(_FakeS3(None), "b").create("b/k", b"x") is True  # type: ignore[arg-type]
 
 
 def test_s3_other_errors_propagate_for_retry() -> None:
-    backend = S3Backend(_FakeS3(_client_error("ConditionalRequestConflict", 409)), "b")  # type: ignore[arg-type]
+    fake: Any = _FakeS3(_client_error("ConditionalRequestConflict", 409))
+    backend = S3Backend(fake, "b")
     with pytest.raises(OSError, match="s3 said no"):
         backend.create("b/k", b"x")
 

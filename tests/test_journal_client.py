@@ -3,6 +3,8 @@ reads, gc, metadata objects, and the faults it must report rather than hide."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import itertools
 import pickle
 import random
@@ -291,7 +293,7 @@ def test_misuse_of_async_append_is_reported(journals: JournalClient) -> None:
     assert aa.result().end == 1
 
 
-def test_identical_appends_from_two_clients_are_both_kept(store_url) -> None:  # type: ignore[no-untyped-def]
+def test_identical_appends_from_two_clients_are_both_kept(store_url: Any) -> None:
     a, b = store_url.open(), store_url.open()
     name = new_journal(a)
     barrier = threading.Barrier(2)
@@ -351,13 +353,14 @@ def test_reads_inside_raw_fragments_fetch_only_the_needed_range(journals: Journa
 
     backend.read_range, backend.read = read_range, read  # type: ignore[method-assign]
     fresh = JournalClient(journals.fs, journals.root)
-    fresh.store.backend.read_range, fresh.store.backend.read = read_range, read  # type: ignore[method-assign]
+    fresh_backend: Any = fresh.store.backend
+    fresh_backend.read_range, fresh_backend.read = read_range, read
     assert fresh.read(name, offset=10000).read() == data[10000:]
     fragment_reads = [c for c in calls if c[0] == "range" or c[1].endswith(".raw")]
     assert fragment_reads == [("range", 10000, len(data))]
 
 
-def test_blocking_reader_tails_appends_of_other_clients_and_stops_on_close(store_url) -> None:  # type: ignore[no-untyped-def]
+def test_blocking_reader_tails_appends_of_other_clients_and_stops_on_close(store_url: Any) -> None:
     writer = store_url.open()
     name = new_journal(writer)
     writer.append(name, b"old")
@@ -447,7 +450,7 @@ def test_metadata_objects_are_created_only_if_absent(journals: JournalClient) ->
             journals.put_if_absent(bad, b"x")
 
 
-def test_concurrent_put_if_absent_has_one_winner(store_url) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_put_if_absent_has_one_winner(store_url: Any) -> None:
     clients = [store_url.open() for _ in range(4)]
     barrier = threading.Barrier(4)
     wins: list[bool] = []
@@ -485,7 +488,9 @@ def _only_fragment(client: JournalClient, name: str) -> Fragment:
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip", "zstd"])
-def test_corrupt_fragment_bytes_raise_a_checksum_error(journals: JournalClient, compression: str) -> None:
+def test_corrupt_fragment_bytes_raise_a_checksum_error(
+    journals: JournalClient, compression: str
+) -> None:
     name = new_journal(journals, compression=compression)
     journals.append(name, b"precious data " * 20)
     fragment = _only_fragment(journals, name)
@@ -581,7 +586,7 @@ def test_a_claim_whose_reply_was_lost_is_not_appended_twice(journals: JournalCli
     assert journals.append(name, b"!").begin == 12
 
 
-def test_persistent_failure_fails_the_append_and_those_behind_it(store_url) -> None:  # type: ignore[no-untyped-def]
+def test_persistent_failure_fails_the_append_and_those_behind_it(store_url: Any) -> None:
     client = store_url.open(retry_timeout=0.2)
     name = new_journal(client, length=1, flush_interval=60)  # one fragment per append
     backend = client.store.backend
@@ -609,7 +614,7 @@ def test_persistent_failure_fails_the_append_and_those_behind_it(store_url) -> N
     assert client.read(name).read() == b"e"
 
 
-def test_stores_without_create_if_absent_refuse_appends(memory_store) -> None:  # type: ignore[no-untyped-def]
+def test_stores_without_create_if_absent_refuse_appends(memory_store: Any) -> None:
     import fsspec
     from fsspec.implementations.dirfs import DirFileSystem
 
@@ -623,7 +628,7 @@ def test_stores_without_create_if_absent_refuse_appends(memory_store) -> None:  
         client.put_if_absent("checkpoints/g/1", b"x")
 
 
-def test_local_delete_leaves_no_empty_directories(local_store) -> None:  # type: ignore[no-untyped-def]
+def test_local_delete_leaves_no_empty_directories(local_store: Any) -> None:
     import os
 
     client = local_store.open()
@@ -656,3 +661,17 @@ def test_reader_works_under_a_buffered_reader(journals: JournalClient) -> None:
     buffered = io.BufferedReader(journals.read(name), buffer_size=1 << 20)
     assert [buffered.readline() for _ in range(40)] == lines
     assert buffered.readline() == b""
+
+
+def test_file_urls_and_plain_paths_open_the_same_store(local_store: Any) -> None:
+    import os
+
+    from oncelog.journal import open_journals
+
+    plain = open_journals(local_store.url)
+    plain.create(JournalSpec("same"))
+    plain.append("same", b"bytes")
+    url = open_journals("file://" + os.path.abspath(local_store.url))
+    assert url.root == plain.root
+    assert url.read("same").read() == b"bytes"
+    assert repr(url).startswith("JournalClient(local:")

@@ -154,13 +154,16 @@ def test_cover_set_keeps_longest_fragments() -> None:
     cover = cover_set(frags)
     assert [(f.begin, f.end) for f in cover] == [(0, 20), (20, 30), (28, 40)]
     begins = [f.begin for f in cover]
-    assert (covering(cover, begins, 7).begin, covering(cover, begins, 7).end) == (0, 20)  # type: ignore[union-attr]
+    found = covering(cover, begins, 7)
+    assert found is not None and (found.begin, found.end) == (0, 20)
     assert covering(cover, begins, 29).end == 40  # type: ignore[union-attr]
     assert covering(cover, begins, 40) is None
 
 
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20)), max_size=12), st.integers(0, 80))
-def test_covering_picks_the_fragment_reaching_furthest(spans: list[tuple[int, int]], offset: int) -> None:
+def test_covering_picks_the_fragment_reaching_furthest(
+    spans: list[tuple[int, int]], offset: int
+) -> None:
     frags = [_frag(b, b + n) for b, n in spans]
     cover = cover_set(frags)
     found = covering(cover, [f.begin for f in cover], offset)

@@ -46,7 +46,8 @@ def gazette_store(journals: JournalClient) -> JournalClient:
     put_gazette_fragment(journals, name, 100, 250, Codec.ZSTANDARD)
     put_gazette_fragment(journals, name, 150, 300, Codec.NONE)  # reaches past [100, 250)
     put_gazette_fragment(journals, name, 300, 400, Codec.GZIP, postfix="date=2024-01-01/hour=03")
-    journals.store.backend.write(journals.store.journal_dir(name) + "/README.txt", b"not a fragment")
+    readme = journals.store.journal_dir(name) + "/README.txt"
+    journals.store.backend.write(readme, b"not a fragment")
     return journals
 
 

@@ -13,7 +13,8 @@ def count_claim_reads(client: JournalClient) -> dict[str, int]:
     """Spy on the store: how many claims are read, and how many claim listings are made."""
     counts = {"claims": 0, "lists": 0}
     store: Any = client.store
-    read_claim, read_claims, list_begins = store.read_claim, store.read_claims, store.list_claim_begins
+    read_claim, read_claims = store.read_claim, store.read_claims
+    list_begins = store.list_claim_begins
 
     def spy_read_claim(journal: str, begin: int) -> Any:
         counts["claims"] += 1
@@ -50,7 +51,9 @@ def long_journal(request: pytest.FixtureRequest) -> tuple[Any, bytes]:
     return target, data
 
 
-def test_cold_head_lists_once_and_reads_only_the_last_claim(long_journal: tuple[Any, bytes]) -> None:
+def test_cold_head_lists_once_and_reads_only_the_last_claim(
+    long_journal: tuple[Any, bytes],
+) -> None:
     target, data = long_journal
     client = target.open()
     counts = count_claim_reads(client)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -80,7 +82,7 @@ def test_invalid_object_paths(path: str) -> None:
         validate_object_path(path)
 
 
-def test_bad_names_are_rejected_before_any_storage_call(memory_store) -> None:  # type: ignore[no-untyped-def]
+def test_bad_names_are_rejected_before_any_storage_call(memory_store: Any) -> None:
     client = memory_store.open()
     calls: list[str] = []
     backend = client.store.backend

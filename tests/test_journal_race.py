@@ -94,7 +94,9 @@ def start_all(writers: list[Writer]) -> None:
         w.go()
 
 
-def check_journal(client: Any, journal: str, writers: list[Writer]) -> dict[tuple[int, int], tuple[int, int]]:
+def check_journal(
+    client: Any, journal: str, writers: list[Writer]
+) -> dict[tuple[int, int], tuple[int, int]]:
     """Read the whole journal (verifying every fragment's SHA1) and check every reported
     append is there once, at its offsets; returns where each record is."""
     content = client.read(journal).read()

@@ -80,7 +80,12 @@ def test_bad_journal_specs_are_rejected() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    [b"not json", b"{}", b'{"name": "a", "colour": "red"}', b'{"name": "a", "fragment": {"size": 1}}'],
+    [
+        b"not json",
+        b"{}",
+        b'{"name": "a", "colour": "red"}',
+        b'{"name": "a", "fragment": {"size": 1}}',
+    ],
 )
 def test_bad_spec_json_is_rejected(text: bytes) -> None:
     with pytest.raises(InvalidJournalSpec):
@@ -97,10 +102,16 @@ label_values = st.text(alphabet="abcxyz019-_./", min_size=1, max_size=8)
     length=st.integers(1, 2**40),
     compression=st.sampled_from(["none", "gzip", "zstd"]),
     interval=st.floats(0, 3600),
-    owner=st.none() | st.builds(JournalOwner, st.text(max_size=5), st.text(max_size=5), st.text(max_size=20)),
+    owner=st.none()
+    | st.builds(JournalOwner, st.text(max_size=5), st.text(max_size=5), st.text(max_size=20)),
 )
 def test_spec_json_round_trips(
-    name: str, labels: dict, length: int, compression: str, interval: float, owner: JournalOwner | None
+    name: str,
+    labels: dict,
+    length: int,
+    compression: str,
+    interval: float,
+    owner: JournalOwner | None,
 ) -> None:
     spec = JournalSpec(name, labels, FragmentSpec(length, compression, interval), owner)
     assert JournalSpec.from_json(spec.to_json()) == spec

@@ -938,3 +938,19 @@ def test_sequence_without_replay_raises_replay_required():
     seq.start_replay([a1, b1])
     expect_deque(seq, a1, a2_ack)
     assert seq.committed(rest) == [b2]
+
+
+def test_replay_does_not_redeliver_a_zero_clock_message_of_the_producer() -> None:
+    # CONTINUE at clock 10, then a clock-0 message of the same producer (delivered at once),
+    # then the ACK at 11 with a ring of 1: the replay must not deliver the clock-0 one again.
+    from oncelog.message import Envelope, Flags, JSONMessage, build_uuid
+
+    producer = b"\x01\x02\x03\x04\x05\x06"
+    frames = [(10, Flags.CONTINUE_TXN), (0, Flags.OUTSIDE_TXN), (11, Flags.ACK_TXN)]
+    envs = [
+        Envelope("j", i * 10, i * 10 + 10, JSONMessage({"uuid": str(build_uuid(producer, c, f)), "i": i}))
+        for i, (c, f) in enumerate(frames)
+    ]
+    seq = Sequencer(buffer=1)
+    delivered = [e.message.doc["i"] for e in seq.sequence(envs, lambda j, b, e: [x for x in envs if b <= x.begin and x.end <= e])]
+    assert delivered == [1, 0, 2]

@@ -19,15 +19,12 @@ import random
 import threading
 import time
 import uuid
-from time import monotonic as _monotonic
 from dataclasses import dataclass, field
+from time import monotonic as _monotonic
 from types import TracebackType
-from typing import Callable
+from typing import Any, Callable
 
-from oncelog.journal.errors import (
-    AppendFailed,
-    JournalError,
-)
+from oncelog.journal.errors import AppendFailed, JournalError
 from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
 from oncelog.journal.index import ClaimsIndex
 from oncelog.journal.spec import FragmentSpec
@@ -169,7 +166,6 @@ class Appender:
         index: ClaimsIndex,
         fragment_spec: FragmentSpec,
         retry_timeout: float = 30.0,
-        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.store = store
         self.index = index
@@ -179,7 +175,6 @@ class Appender:
         self._codec: Codec = fragment_spec.codec
         self._limit = max(2 * self._length, _MIN_PENDING_LIMIT)
         self._retry_timeout = retry_timeout
-        self._on_error = on_error
 
         self._write_lock = threading.Lock()  # held by an AsyncAppend from start to release
         self._state = threading.Condition(threading.Lock())  # guards everything below
@@ -395,8 +390,6 @@ class Appender:
         for b in failed:
             b.error = error
             b.event.set()
-        if self._on_error is not None:
-            self._on_error(error)
 
     def _write(self, batch: _Batch) -> None:
         data = batch.buf
@@ -413,7 +406,7 @@ class Appender:
             fragment = Fragment(self.journal, begin, begin + size, digest, self._codec)
             self._retry(lambda: self.store.write_fragment(fragment, stored), f"write {fragment}")
             claim = Claim(begin, fragment.content_name, uuid.uuid4().hex)
-            if self._retry(lambda: self._try_claim(claim), f"claim offset {begin}"):
+            if self._retry(lambda: self._try_claim(claim), f"claim offset {begin}", True):
                 self.index.add(claim, fragment)
                 self.fragments_written += 1
                 batch.base = begin
@@ -441,8 +434,9 @@ class Appender:
             self.index.add(existing, existing.parse_fragment(self.journal))
         return False
 
-    def _retry(self, op: Callable[[], object], what: str):  # type: ignore[no-untyped-def]
-        """Run a storage call, retrying transient failures with backoff until retry_timeout."""
+    def _retry(self, op: Callable[[], Any], what: str, ambiguous: bool = False) -> Any:
+        """Run a storage call, retrying transient failures with backoff until retry_timeout.
+        `ambiguous`: a failed attempt may have taken effect (a claim whose reply was lost)."""
         deadline = time.monotonic() + self._retry_timeout
         delay = 0.01
         while True:
@@ -452,9 +446,14 @@ class Appender:
                 raise
             except Exception as exc:  # noqa: BLE001 - network and I/O errors are retried
                 if time.monotonic() + delay > deadline:
+                    outcome = (
+                        "the append's outcome is unknown (the claim may exist)"
+                        if ambiguous
+                        else "the append was not made"
+                    )
                     raise AppendFailed(
                         f"journal {self.journal!r}: could not {what} within "
-                        f"{self._retry_timeout} s; the append's outcome is unknown: {exc!r}"
+                        f"{self._retry_timeout} s; {outcome}: {exc!r}"
                     ) from exc
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 1.0)

@@ -434,7 +434,7 @@ class S3Backend(GenericBackend):
 
     kind = "s3"
 
-    _SMALL = 8 << 20  # objects below this are fetched in one GET (no HEAD first)
+    _SMALL = 64 << 20  # below this one GET; above, s3fs's HEAD + concurrent ranged GETs
     _GATHER = 32  # concurrent GETs in read_many
 
     def __init__(self, fs: AbstractFileSystem, root: str) -> None:

@@ -151,7 +151,8 @@ def parse_content_name(journal: str, name: str, **extra: object) -> Fragment:
     if begin > end:
         raise InvalidFragmentName(f"fragment {name!r} of journal {journal!r} has begin > end")
     codec = Codec.from_extension(dot + ext, name=f"{journal}/{name}")
-    return Fragment(journal, begin, end, m.group(3), codec, postfix, **extra)  # type: ignore[arg-type]
+    sum_ = m.group(3)
+    return Fragment(journal, begin, end, sum_, codec, postfix, **extra)  # type: ignore[arg-type]
 
 
 def content_sum(data: bytes | bytearray | memoryview) -> str:
@@ -208,7 +209,8 @@ def verify(fragment: Fragment, content: bytes | memoryview) -> None:
     if actual != fragment.sum:
         raise FragmentChecksumError(
             f"fragment {fragment.content_name} of journal {fragment.journal!r} (offsets "
-            f"{fragment.begin}-{fragment.end}): SHA1 of content is {actual}, name says {fragment.sum}"
+            f"{fragment.begin}-{fragment.end}): SHA1 of content is {actual}, "
+            f"name says {fragment.sum}"
         )
 
 

@@ -21,8 +21,9 @@ from oncelog.labels import (
 
 __all__ = ["FragmentSpec", "JournalOwner", "JournalSpec", "DEFAULT_FRAGMENT_LENGTH"]
 
-DEFAULT_FRAGMENT_LENGTH = 64 << 20
-"""Default FragmentSpec.length: 64 MiB. Appenders spool up to this much in memory."""
+DEFAULT_FRAGMENT_LENGTH = 16 << 20
+"""Default FragmentSpec.length: 16 MiB. A writer holds up to twice this in memory, and the
+last fragment of a burst is written after the burst ends, so smaller keeps latency low."""
 
 _COMPRESSIONS = {Codec.NONE: "none", Codec.GZIP: "gzip", Codec.ZSTANDARD: "zstd"}
 
@@ -57,7 +58,8 @@ class FragmentSpec:
             math.isfinite(interval) and interval >= 0
         ):
             raise InvalidJournalSpec(
-                f"flush_interval must be a finite number of seconds >= 0, not {self.flush_interval!r}"
+                "flush_interval must be a finite number of seconds >= 0, "
+                f"not {self.flush_interval!r}"
             )
         object.__setattr__(self, "flush_interval", float(interval))
 

@@ -1,10 +1,10 @@
 """The store layout on any fsspec filesystem: fragments, claims, specs and other metadata.
 
 ```
-<root>/<journal>/<begin:016x>-<end:016x>-<sha1:040x>.<raw|gz|zst>   fragments
-<root>/.oncelog/claims/<journal>/<begin:016x>                       claim: names the fragment at begin
-<root>/.oncelog/journals/<journal>/spec.json                        JournalSpec
-<root>/.oncelog/<relative path>                                     other metadata (checkpoints, ...)
+<root>/<journal>/<begin:016x>-<end:016x>-<sha1:040x>.<raw|gz|zst>  fragments
+<root>/.oncelog/claims/<journal>/<begin:016x>                      names the fragment at begin
+<root>/.oncelog/journals/<journal>/spec.json                       JournalSpec
+<root>/.oncelog/<relative path>                                    other metadata (checkpoints)
 ```
 """
 
@@ -63,7 +63,9 @@ class Claim:
         try:
             fragment = parse_content_name(journal, self.fragment)
         except InvalidFragmentName as exc:
-            raise CorruptClaim(f"claim at offset {self.begin} of journal {journal!r}: {exc}") from exc
+            raise CorruptClaim(
+                f"claim at offset {self.begin} of journal {journal!r}: {exc}"
+            ) from exc
         if fragment.begin != self.begin or fragment.path_postfix:
             raise CorruptClaim(
                 f"claim at offset {self.begin} of journal {journal!r} names fragment "
@@ -136,8 +138,11 @@ class FragmentStore:
         return data
 
     def _read(self, fragment: Fragment) -> bytes:
+        # The stored size when listed; else the content length, which bounds a raw fragment
+        # exactly and a compressed one from above: large objects are fetched in parallel.
+        size_hint = fragment.size if fragment.size is not None else fragment.content_length
         try:
-            return self.backend.read(self.fragment_path(fragment), fragment.size)
+            return self.backend.read(self.fragment_path(fragment), size_hint)
         except FileNotFoundError:
             raise self._missing(fragment) from None
 

@@ -12,20 +12,33 @@
 Batch reads are read-committed (exactly `read_committed`'s messages) and parallel
 within large journals; streams resume exactly once from their checkpoints; writes
 become visible only when Spark commits the job or micro-batch. See docs/spark.md.
+
+PySpark is imported only by the data source itself: `oncelog.spark.plan` (the split
+plan) works without it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from oncelog.spark.datasource import OncelogDataSource
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from oncelog.spark.datasource import OncelogDataSource
 
 __all__ = ["register", "OncelogDataSource"]
 
 
 def register(spark: SparkSession) -> None:
     """Register the `oncelog` format with a SparkSession."""
+    from oncelog.spark.datasource import OncelogDataSource
+
     spark.dataSource.register(OncelogDataSource)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OncelogDataSource":
+        from oncelog.spark.datasource import OncelogDataSource
+
+        return OncelogDataSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,10 +2,11 @@
 
 Planning (on the driver) lists the journals and cuts each at fragment boundaries
 into splits of about `split_bytes`. A journal of one split is read by one task
-with a Sequencer. A larger one gets the two-phase plan of `oncelog.spark.plan`: the
-driver gathers each split's facts (in threads: fetching and decoding overlap, and
-UUID parsing runs in Arrow kernels), resolves them, and every split becomes a task
-that filters its own messages. Reading uncommitted needs no plan.
+applying the commit rules from its start (`journal_batches`). A larger one gets the
+two-phase plan of `oncelog.spark.plan`: the driver gathers each split's facts (in
+threads: fetching and JSON parsing overlap, UUIDs are parsed by Arrow kernels),
+resolves them, and every split becomes a task that filters its own messages.
+Reading uncommitted needs no plan.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from oncelog.message import ProtoMessage
 from oncelog.spark.batches import RangeDecoder
 from oncelog.spark.options import OptionError, ReadOptions
 from oncelog.spark.plan import JournalPlan, Split, SplitPlan, plan_splits, resolve
-from oncelog.spark.read import sequential_batches, split_batches, split_facts, uncommitted_batches
+from oncelog.spark.read import journal_batches, split_batches, split_facts, uncommitted_batches
 from oncelog.spark.schema import arrow_schema, check_schema, message_kind
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ class SplitPartition(InputPartition):
     plan: SplitPlan
 
 
-def new_message_factory(options: ReadOptions, content_type: str, journal: str) -> Callable[[Any], Any] | None:
+def new_message_factory(
+    options: ReadOptions, content_type: str, journal: str
+) -> Callable[[Any], Any] | None:
     """The `new_message` a journal's frames decode with (protobuf classes need `proto_class`)."""
     if content_type.split(";", 1)[0].strip().lower() != CONTENT_TYPE_PROTOBUF_FIXED:
         return None
@@ -101,7 +104,10 @@ class OncelogBatchReader(DataSourceReader):
             specs = options.list_journals(client)
             journal_splits: list[tuple[JournalSpec, list[Split]]] = []
             for spec in specs:
-                decoder_for(client, options, spec.name, spec.content_type, arrow.field("message").type)
+                # Fails early if a journal cannot be read as the options ask.
+                decoder_for(
+                    client, options, spec.name, spec.content_type, arrow.field("message").type
+                )
                 frags = [(f.begin, f.end) for f in client.fragments(spec.name)]
                 if frags:
                     begin = frags[0][0]
@@ -121,7 +127,11 @@ class OncelogBatchReader(DataSourceReader):
         for spec, splits in journal_splits:
             plan = plans.get(spec.name)
             if plan is None or plan.sequential is not None:
-                out.append(RangePartition(spec.name, spec.content_type, splits[0].begin, splits[-1].end, True))
+                out.append(
+                    RangePartition(
+                        spec.name, spec.content_type, splits[0].begin, splits[-1].end, True
+                    )
+                )
             else:
                 out.extend(SplitPartition(spec.content_type, sp) for sp in plan.splits)
         return out
@@ -154,6 +164,8 @@ class OncelogBatchReader(DataSourceReader):
         return plans
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, (SplitPartition, RangePartition)):
+            return  # Spark's stand-in partition when there is nothing to read
         options = self.options
         arrow = arrow_schema(self.schema)
         message_type = arrow.field("message").type
@@ -161,16 +173,17 @@ class OncelogBatchReader(DataSourceReader):
         try:
             if isinstance(partition, SplitPartition):
                 split = partition.plan.split
-                decoder = decoder_for(client, options, split.journal, partition.content_type, message_type)
+                decoder = decoder_for(
+                    client, options, split.journal, partition.content_type, message_type
+                )
                 yield from split_batches(decoder, partition.plan, arrow, options.batch_rows)
                 return
-            assert isinstance(partition, RangePartition), partition
             decoder = decoder_for(
                 client, options, partition.journal, partition.content_type, message_type
             )
             if partition.committed:
-                yield from sequential_batches(
-                    decoder, partition.begin, partition.end, arrow, batch_rows=options.batch_rows
+                yield from journal_batches(
+                    decoder, partition.begin, partition.end, arrow, options.batch_rows
                 )
             else:
                 yield from uncommitted_batches(

@@ -12,23 +12,28 @@ from __future__ import annotations
 import array
 import functools
 import io
-from itertools import accumulate
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, repeat
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from oncelog.framing import CSVFraming, Framing, JSONFraming, for_content_type
-from oncelog.framing.base import snippet
+from oncelog.framing.base import gc_paused, snippet
 from oncelog.journal import JournalClient
 from oncelog.message import FLAGS_MASK, CSVRecord, Envelope, Flags, JSONMessage
 from oncelog.spark.schema import MessageKind
-from oncelog.spark.uuids import NIL_TEXT, canonical_uuid_text, uuid_columns
+from oncelog.spark.uuids import NIL_TEXT, UUIDColumns, canonical_uuid_text, uuid_columns
 
 __all__ = ["BadMessage", "DecodedBatch", "RangeDecoder", "record_batch"]
+
+
+class _UseFraming(Exception):
+    """A fast path met something only the framing decides."""
 
 
 class BadMessage(ValueError):
@@ -61,13 +66,13 @@ class DecodedBatch:
 def record_batch(
     batch: DecodedBatch,
     schema: pa.Schema,
-    rows: Sequence[int] | None = None,
+    rows: Sequence[int] | pa.Array | None = None,
     commits: Sequence[int] | None = None,
 ) -> pa.RecordBatch:
     """The rows of `batch` (all, or those at `rows`) with their commit offsets (or nulls)."""
     columns = batch.columns
     if rows is not None:
-        indices = pa.array(rows, pa.int32())
+        indices = rows if isinstance(rows, pa.Array) else pa.array(rows, pa.int32())
         columns = [col.take(indices) for col in columns]
     n = len(batch) if rows is None else len(rows)
     commit = pa.nulls(n, pa.int64()) if commits is None else pa.array(commits, pa.int64())
@@ -127,8 +132,23 @@ class RangeDecoder:
         """Batches covering the whole frames of `[begin, end)`, in offset order.
 
         `ids_only`: build only `begins` and the ids (for the plan's facts), no columns.
+        JSON lines are decoded without building Envelopes unless `keep_envelopes`; a chunk
+        with anything unusual goes through the framing, which reports bad frames.
         """
         if end <= begin:
+            return
+        if not keep_envelopes and isinstance(self.framing, JSONFraming):
+            for chunk, base in self._line_chunks(begin, end):
+                batch = self._json_batch(chunk, base, ids_only)
+                if batch is None:
+                    result = self.framing.decode(
+                        chunk, journal=self.journal, base=base, final=True,
+                        new_message=self.new_message,
+                    )
+                    if not result.envelopes:
+                        continue
+                    batch = self._build(chunk, base, result.envelopes, False, ids_only)
+                yield batch
             return
         pending = bytearray()
         base = pos = begin
@@ -138,7 +158,8 @@ class RangeDecoder:
                 data = reader.read(min(self.chunk_bytes, end - pos))
                 if not data:
                     raise BadMessage(
-                        f"journal {self.journal!r} ends at offset {pos}, before the planned end {end}"
+                        f"journal {self.journal!r} ends at offset {pos}, before the planned "
+                        f"end {end}"
                     )
                 pos += len(data)
                 pending += data
@@ -155,7 +176,9 @@ class RangeDecoder:
         finally:
             reader.close()
 
-    def ids(self, begin: int, end: int) -> Iterator[tuple[list[str], list[int], list[int], list[int]]]:
+    def ids(
+        self, begin: int, end: int
+    ) -> Iterator[tuple[list[str], list[int], list[int], list[int]]]:
         """(producers, clocks, flags, begins) of the frames of `[begin, end)`, chunk by chunk.
 
         For the split plan's facts. JSON lines take a fast path: Arrow's JSON reader
@@ -192,7 +215,8 @@ class RangeDecoder:
                 data = reader.read(min(self.chunk_bytes, end - pos))
                 if not data:
                     raise BadMessage(
-                        f"journal {self.journal!r} ends at offset {pos}, before the planned end {end}"
+                        f"journal {self.journal!r} ends at offset {pos}, before the planned "
+                        f"end {end}"
                     )
                 pos += len(data)
                 pending += data
@@ -208,20 +232,63 @@ class RangeDecoder:
     def _build(
         self, chunk: bytes, base: int, envs: list[Envelope], keep: bool, ids_only: bool
     ) -> DecodedBatch:
-        n = len(envs)
+        """A batch of envelopes the framing decoded from `chunk`."""
         begins = [e.begin for e in envs]
-        last = envs[-1].end
         uuids = uuid_columns(self._uuid_texts(envs), functools.partial(self._fix_uuid, envs))
-        producers, clocks, flags = uuids.ids()
+        batch = self._columns(chunk, base, begins, envs[-1].end, uuids, ids_only)
         if keep:
-            _prime(envs, producers, clocks, flags)
+            _prime(envs, batch.producers, batch.clocks, batch.flags)
+            batch.envelopes = envs
+        return batch
+
+    def _json_batch(self, chunk: bytes, base: int, ids_only: bool) -> DecodedBatch | None:
+        """A batch of whole JSON lines decoded without Envelopes, accepting exactly what the
+        JSON framing accepts (an object per line); None if the framing must decide."""
+        if not chunk.endswith(b"\n"):
+            return None
+        lines = chunk.split(b"\n")
+        lines.pop()
+        with gc_paused():
+            try:
+                docs = list(map(orjson.loads, lines))
+            except orjson.JSONDecodeError:
+                return None
+            if not all(map(isinstance, docs, repeat(dict))):
+                return None
+            field = self.uuid_field
+            texts = [d.get(field) for d in docs]
+        del docs
+
+        def nil_or_framing(row: int) -> str:
+            if texts[row] is None or texts[row] == "":
+                return NIL_TEXT  # as JSONMessage: no UUID is the nil UUID
+            raise _UseFraming
+
+        try:
+            uuids = uuid_columns(texts, nil_or_framing)
+        except _UseFraming:
+            return None
+        begins = list(accumulate(map((1).__add__, map(len, lines)), initial=base))
+        last = begins.pop()
+        return self._columns(chunk, base, begins, last, uuids, ids_only)
+
+    def _columns(
+        self,
+        chunk: bytes,
+        base: int,
+        begins: list[int],
+        last: int,
+        uuids: UUIDColumns,
+        ids_only: bool,
+    ) -> DecodedBatch:
+        producers, clocks, flags = uuids.ids()
         if ids_only:
             return DecodedBatch(self.journal, base, last, begins, producers, clocks, flags, [])
         begin_col = pa.array(begins, pa.int64())
         end_col = pa.concat_arrays([begin_col[1:], pa.array([last], pa.int64())])
         message = self._message_column(chunk, base, begins, last)
         columns = [
-            pa.repeat(self._journal_scalar, n),
+            pa.repeat(self._journal_scalar, len(begins)),
             begin_col,
             end_col,
             uuids.uuid,
@@ -232,10 +299,7 @@ class RangeDecoder:
             uuids.key,
             message,
         ]
-        return DecodedBatch(
-            self.journal, base, last, begins, producers, clocks, flags, columns,
-            envs if keep else None,
-        )
+        return DecodedBatch(self.journal, base, last, begins, producers, clocks, flags, columns)
 
     @staticmethod
     def _uuid_texts(envs: list[Envelope]) -> list[object]:

@@ -140,7 +140,9 @@ class ReadOptions:
         if journals:
             if any(mark in journals for mark in _SELECTOR_MARKS):
                 if selector:
-                    raise OptionError("give the label selector in 'journals' or 'selector', not both")
+                    raise OptionError(
+                        "give the label selector in 'journals' or 'selector', not both"
+                    )
                 selector = journals
             else:
                 names = tuple(n.strip() for n in journals.split(",") if n.strip())
@@ -169,7 +171,9 @@ class ReadOptions:
             facts_threads=_int(opts, "facts_threads", 4),
             proto_class=opts.get("proto_class") or None,
             uuid_field=opts.get("uuid_field") or "uuid",
-            max_messages_per_trigger=_int(opts, "max_messages_per_trigger", 0) if limit_rows else None,
+            max_messages_per_trigger=(
+                _int(opts, "max_messages_per_trigger", 0) if limit_rows else None
+            ),
             max_bytes_per_trigger=_int(opts, "max_bytes_per_trigger", 0) if limit_bytes else None,
             prune_horizon=_float(opts, "prune_horizon", 86400.0),
         )

@@ -40,6 +40,8 @@ __all__ = [
     "JournalPlan",
     "resolve",
     "SplitCommitter",
+    "Diverged",
+    "commit_split",
 ]
 
 NIL_PRODUCER = "000000000000"
@@ -292,28 +294,52 @@ R = TypeVar("R")
 
 
 class _Model:
-    __slots__ = ("last", "high", "open", "pending")
+    __slots__ = ("last", "high", "open", "pending", "regressed")
 
     def __init__(self, last: int, high: int, is_open: bool) -> None:
         self.last = last
         self.high = high
         self.open = is_open
         self.pending: list[tuple[int, Any]] = []
+        self.regressed = False
+
+
+Committed = tuple[list[R], list[int]]
+"""References of committed messages, and the offset at which each was committed."""
+
+
+class Diverged(Exception):
+    """A guarded SplitCommitter met what the Sequencer may decide differently (see module
+    docs), at journal offset `offset`; `committed` are the decisions made before it.
+
+    Every message committed before `offset` was decided exactly as the Sequencer does:
+    a reader may keep those and take the rest from a sequential read.
+    """
+
+    def __init__(self, offset: int, committed: Committed[Any], reason: str) -> None:
+        super().__init__(f"offset {offset}: {reason}")
+        self.offset = offset
+        self.committed = committed
 
 
 class SplitCommitter(Generic[R]):
     """Phase 2: decides which messages of one split are committed, and where.
 
-    `feed()` messages in offset order with an opaque reference each; it returns
-    `(reference, commit offset)` of the messages committed by what was fed (the commit
-    offset is that of the committing ACK, or of the message itself). `finish()` returns
-    those committed by ACKs in later splits. ACKs themselves are never returned.
+    `feed()` messages in offset order with an opaque reference each; it returns the
+    references of the messages committed by what was fed and, beside them, their commit
+    offsets (that of the committing ACK, or the message's own). `finish()` returns those
+    committed by ACKs in later splits. ACKs themselves are never returned.
+
+    With `guard=True` (for a whole journal read from its start, without a plan) it
+    raises `Diverged` where the journal needs a sequential read instead: an odd UUID,
+    or a partial commit of a transaction whose clocks went backwards.
     """
 
-    def __init__(self, plan: SplitPlan | None = None) -> None:
+    def __init__(self, plan: SplitPlan | None = None, *, guard: bool = False) -> None:
         self._states = {} if plan is None else plan.states
         self._commits = {} if plan is None else plan.commits
         self._models: dict[str, _Model] = {}
+        self._guard = guard
 
     def feed(
         self,
@@ -322,40 +348,58 @@ class SplitCommitter(Generic[R]):
         flags: Sequence[int],
         begins: Sequence[int],
         refs: Sequence[R],
-    ) -> list[tuple[R, int]]:
-        out: list[tuple[R, int]] = []
-        emit = out.append
+    ) -> Committed[R]:
+        out_refs: list[R] = []
+        out_commits: list[int] = []
+        out = (out_refs, out_commits)
+        emit_ref, emit_commit = out_refs.append, out_commits.append
         models = self._models
+        guard = self._guard
+        CONTINUE, ACK = _CONTINUE, _ACK  # noqa: N806 (locals: the hot loop)
         for producer, clock, flag, begin, ref in zip(producers, clocks, flags, begins, refs):
             if not clock:
-                emit((ref, begin))
+                if guard and producer != NIL_PRODUCER:
+                    raise Diverged(begin, out, f"a zero clock from producer {producer}")
+                emit_ref(ref)
+                emit_commit(begin)
                 continue
             m = models.get(producer)
             if m is None:
+                if guard and producer == NIL_PRODUCER:
+                    raise Diverged(begin, out, f"clock {clock} from the nil producer")
                 st = self._states.get(producer)
                 m = models[producer] = (
                     _Model(clock - 1, clock - 1, False) if st is None else _Model(*st)
                 )
-            if flag == _CONTINUE:
+            if flag == CONTINUE:
                 if clock > m.high:
                     m.high = clock
                     m.open = True
                     m.pending.append((clock, ref))
-            elif flag == _ACK:
+                elif guard and m.open and clock > m.last and clock < m.high:
+                    m.regressed = True
+            elif flag == ACK:
                 if clock > m.last:
+                    if guard and m.regressed and m.open and clock < m.high:
+                        raise Diverged(
+                            begin, out, f"producer {producer} acknowledged part of a"
+                            " transaction whose clocks go backwards",
+                        )
                     for c, r in m.pending:
                         if c <= clock:
-                            emit((r, begin))
+                            emit_ref(r)
+                            emit_commit(begin)
                 if m.pending:
                     m.pending = []
                 m.last = m.high = clock
-                m.open = False
+                m.open = m.regressed = False
             elif clock > m.last:
                 if m.pending:
                     m.pending = []
-                emit((ref, begin))
+                emit_ref(ref)
+                emit_commit(begin)
                 m.last = m.high = clock
-                m.open = False
+                m.open = m.regressed = False
         return out
 
     def oldest_pending(self) -> R | None:
@@ -363,16 +407,19 @@ class SplitCommitter(Generic[R]):
         firsts = [m.pending[0][1] for m in self._models.values() if m.pending]
         return min(firsts) if firsts else None  # type: ignore[type-var]
 
-    def finish(self) -> list[tuple[R, int]]:
-        out: list[tuple[R, int]] = []
+    def finish(self) -> Committed[R]:
+        out_refs: list[R] = []
+        out_commits: list[int] = []
         for producer, m in self._models.items():
             if m.open and m.pending:
                 commit = self._commits.get(producer)
                 if commit is not None:
                     clock, offset = commit
-                    out.extend((r, offset) for c, r in m.pending if c <= clock)
+                    refs = [r for c, r in m.pending if c <= clock]
+                    out_refs.extend(refs)
+                    out_commits.extend([offset] * len(refs))
             m.pending = []
-        return out
+        return out_refs, out_commits
 
 
 def commit_split(ids: Iterable[Ids], plan: SplitPlan | None = None) -> Iterator[tuple[int, int]]:
@@ -383,5 +430,5 @@ def commit_split(ids: Iterable[Ids], plan: SplitPlan | None = None) -> Iterator[
     clocks = [r[1] for r in rows]
     flags = [r[2] for r in rows]
     begins = [r[3] for r in rows]
-    yield from committer.feed(producers, clocks, flags, begins, begins)
-    yield from committer.finish()
+    yield from zip(*committer.feed(producers, clocks, flags, begins, begins))
+    yield from zip(*committer.finish())

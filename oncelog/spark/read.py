@@ -4,8 +4,10 @@ Three ways, all yielding `pyarrow.RecordBatch`es of the source's schema:
 
 - `uncommitted_batches`: every message, with its UUID flags;
 - `split_batches`: phase 2 of the split plan (`oncelog.spark.plan`) for one split;
-- `sequential_batches`: a Sequencer over a whole range, resumable from producer
-  states (streaming micro-batches, small journals, and journals the plan cannot split).
+- `journal_batches`: a whole journal in one task, by the plan's commit rules (a
+  Sequencer takes over where those could differ from it);
+- `sequential_batches`: a Sequencer over a range, resumable from producer states
+  (streaming micro-batches).
 
 Pure pyarrow: no Spark is needed to run (or test) them.
 """
@@ -13,7 +15,7 @@ Pure pyarrow: no Spark is needed to run (or test) them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,10 +23,23 @@ import pyarrow.compute as pc
 from oncelog.message import Envelope
 from oncelog.sequencer import Sequencer
 from oncelog.spark.batches import DecodedBatch, RangeDecoder, record_batch
-from oncelog.spark.plan import Split, SplitCommitter, SplitFacts, SplitPlan, gather_facts
+from oncelog.spark.plan import (
+    Diverged,
+    Split,
+    SplitCommitter,
+    SplitFacts,
+    SplitPlan,
+    gather_facts,
+)
 from oncelog.spark.sequential import sequence_with_commits
 
-__all__ = ["split_facts", "uncommitted_batches", "split_batches", "sequential_batches"]
+__all__ = [
+    "split_facts",
+    "uncommitted_batches",
+    "split_batches",
+    "journal_batches",
+    "sequential_batches",
+]
 
 
 def _sliced(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
@@ -55,43 +70,56 @@ def uncommitted_batches(
 def _emit(
     live: dict[int, DecodedBatch],
     starts: list[int],
-    committed: Sequence[tuple[int, int]],
+    committed: tuple[list[int], list[int]],
     schema: pa.Schema,
     batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of committed `(global row, commit offset)` pairs, by source batch."""
-    if not committed:
+    """Record batches of committed rows (global row numbers, commit offsets), by source batch."""
+    refs, commits = committed
+    if not refs:
         return
-    ordered = sorted(committed)
+    newest = starts[-1]
+    if min(refs) >= newest:  # the usual case: all from the batch just fed
+        rows = pc.subtract(pa.array(refs, pa.int64()), pa.scalar(newest, pa.int64()))
+        yield from _sliced(record_batch(live[newest], schema, rows, commits), batch_rows)
+        return
+    ordered = sorted(zip(refs, commits))
     i = 0
     while i < len(ordered):
         start = starts[bisect.bisect_right(starts, ordered[i][0]) - 1]
         batch = live[start]
         stop = start + len(batch)
-        rows, commits = [], []
+        group_rows, group_commits = [], []
         while i < len(ordered) and ordered[i][0] < stop:
-            rows.append(ordered[i][0] - start)
-            commits.append(ordered[i][1])
+            group_rows.append(ordered[i][0] - start)
+            group_commits.append(ordered[i][1])
             i += 1
-        yield from _sliced(record_batch(batch, schema, rows, commits), batch_rows)
+        yield from _sliced(record_batch(batch, schema, group_rows, group_commits), batch_rows)
 
 
-def split_batches(
-    decoder: RangeDecoder, plan: SplitPlan, schema: pa.Schema, batch_rows: int = 65536
+def _model_batches(
+    decoder: RangeDecoder,
+    begin: int,
+    end: int,
+    committer: SplitCommitter[int],
+    schema: pa.Schema,
+    batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
-    """Phase 2 of the split plan: the committed messages of one split."""
-    committer: SplitCommitter[int] = SplitCommitter(plan)
+    """The messages `committer` commits in `[begin, end)` (refs are global row numbers)."""
     live: dict[int, DecodedBatch] = {}
     starts: list[int] = []
     row = 0
-    split = plan.split
-    for batch in decoder.batches(split.begin, split.end):
+    for batch in decoder.batches(begin, end):
         n = len(batch)
         live[row] = batch
         starts.append(row)
-        out = committer.feed(
-            batch.producers, batch.clocks, batch.flags, batch.begins, range(row, row + n)
-        )
+        try:
+            out = committer.feed(
+                batch.producers, batch.clocks, batch.flags, batch.begins, range(row, row + n)
+            )
+        except Diverged as exc:
+            yield from _emit(live, starts, exc.committed, schema, batch_rows)
+            raise
         row += n
         yield from _emit(live, starts, out, schema, batch_rows)
         # Drop batches no pending transaction still refers to.
@@ -104,6 +132,32 @@ def split_batches(
     yield from _emit(live, starts, committer.finish(), schema, batch_rows)
 
 
+def split_batches(
+    decoder: RangeDecoder, plan: SplitPlan, schema: pa.Schema, batch_rows: int = 65536
+) -> Iterator[pa.RecordBatch]:
+    """Phase 2 of the split plan: the committed messages of one split."""
+    split = plan.split
+    return _model_batches(decoder, split.begin, split.end, SplitCommitter(plan), schema, batch_rows)
+
+
+def journal_batches(
+    decoder: RangeDecoder, begin: int, end: int, schema: pa.Schema, batch_rows: int = 65536
+) -> Iterator[pa.RecordBatch]:
+    """The committed messages of a journal read from its start (`begin`) to `end`.
+
+    The split plan's commit rules run over the whole range, guarded: should the journal
+    hold what the Sequencer may decide otherwise (`Diverged`), what was committed before
+    that point stands and a Sequencer reads the rest.
+    """
+    committer: SplitCommitter[int] = SplitCommitter(guard=True)
+    try:
+        yield from _model_batches(decoder, begin, end, committer, schema, batch_rows)
+    except Diverged as exc:
+        yield from sequential_batches(
+            decoder, begin, end, schema, batch_rows=batch_rows, commits_from=exc.offset
+        )
+
+
 def sequential_batches(
     decoder: RangeDecoder,
     begin: int,
@@ -111,11 +165,13 @@ def sequential_batches(
     schema: pa.Schema,
     sequencer: Sequencer | None = None,
     batch_rows: int = 65536,
+    commits_from: int = 0,
 ) -> Iterator[pa.RecordBatch]:
     """The committed messages of `[begin, end)` as the Sequencer decides them.
 
     `sequencer` carries producer states from an earlier read (streaming); transactions
-    that began before `begin` are replayed from the journal when their ACK comes.
+    that began before `begin` are replayed from the journal when their ACK comes. Only
+    messages committed at or after offset `commits_from` are returned.
     """
     seq = Sequencer() if sequencer is None else sequencer
     journal = decoder.journal
@@ -146,6 +202,8 @@ def sequential_batches(
         older: list[tuple[int, int]] = []
         base = batch.base
         for env, commit in sequence_with_commits(seq, batch.envelopes or (), replay):
+            if commit < commits_from:
+                continue
             if env.begin >= base:
                 here_begins.append(env.begin)
                 here_commits.append(commit)

@@ -6,14 +6,14 @@ Every row is one message with its place and identity:
 | --- | --- | --- |
 | journal | string | journal name |
 | begin, end | bigint | the message's byte range `[begin, end)` |
-| commit_offset | bigint | where it was committed: its ACK's offset, or its own (null when reading uncommitted) |
+| commit_offset | bigint | where it was committed: its ACK's offset, or its own |
 | uuid | string | the message UUID (canonical, lower case) |
 | producer | string | producer ID, 12 hex digits |
 | clock | bigint | the UUID's 64-bit clock |
 | time | timestamp | the clock's time (null for the nil UUID) |
 | flags | int | 0 outside a transaction, 1 continue, 2 acknowledge |
 | uuid_key | string | a time-sortable key (version 6 UUID) |
-| message | string, binary or struct | the document text; protobuf payload; or, with option `schema`, the JSON document parsed into a struct |
+| message | string, binary, struct | document text, protobuf payload, or parsed (`schema`) |
 
 Sorting by `(journal, commit_offset, begin)` gives `read_committed`'s order.
 """

@@ -43,7 +43,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["OncelogStreamReader", "StreamPartition", "JournalOffset", "encode_offset", "decode_offset"]
+__all__ = [
+    "OncelogStreamReader",
+    "StreamPartition",
+    "JournalOffset",
+    "encode_offset",
+    "decode_offset",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +61,10 @@ class JournalOffset:
     """(producer hex, last ACK clock, begin of its open transaction or -1), by producer."""
 
     def sequencer_states(self, journal: str) -> list[ProducerState]:
-        return [ProducerState(journal, bytes.fromhex(p), last, begin) for p, last, begin in self.states]
+        return [
+            ProducerState(journal, bytes.fromhex(p), last, begin)
+            for p, last, begin in self.states
+        ]
 
 
 def encode_offset(journals: dict[str, JournalOffset]) -> dict[str, Any]:
@@ -119,7 +128,8 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         client = self.options.store.open()
         try:
-            self._target = {s.name: client.head(s.name) for s in self.options.list_journals(client)}
+            specs = self.options.list_journals(client)
+            self._target = {s.name: client.head(s.name) for s in specs}
         finally:
             client.close()
 
@@ -131,22 +141,29 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out: dict[str, JournalOffset] = {}
         client = options.store.open()
         try:
+            ready: list[tuple[str, str, JournalOffset, int]] = []
             for spec in options.list_journals(client):
                 name = spec.name
                 if self._target is not None and name not in self._target:
                     continue  # created after Trigger.AvailableNow fixed its target
-                prev = previous.get(name, JournalOffset(0))
+                prev = out[name] = previous.get(name, JournalOffset(0))
                 head = client.head(name)
                 if self._target is not None:
                     head = min(head, self._target[name])
-                if head <= prev.offset or rows == 0 or (size is not None and size <= 0):
-                    out[name] = prev
+                if head > prev.offset:
+                    ready.append((name, spec.content_type, prev, head))
+            # A limit is shared out evenly among the journals with new data (rotating, so
+            # that none waits forever when there are more journals than the limit).
+            turn = sum(jo.offset for jo in previous.values()) % len(ready) if ready else 0
+            ready = ready[turn:] + ready[:turn]
+            for i, (name, content_type, prev, head) in enumerate(ready):
+                row_share = None if rows is None else _share(rows, len(ready), i)
+                byte_share = None if size is None else _share(size, len(ready), i)
+                if row_share == 0 or byte_share == 0:
                     continue
-                out[name], used_rows, used_bytes = self._advance(client, spec.name, spec.content_type, prev, head, rows, size)
-                if rows is not None:
-                    rows -= used_rows
-                if size is not None:
-                    size -= used_bytes
+                out[name] = self._advance(
+                    client, name, content_type, prev, head, row_share, byte_share
+                )
         finally:
             client.close()
         return encode_offset(out)
@@ -160,20 +177,22 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         head: int,
         rows: int | None,
         size: int | None,
-    ) -> tuple[JournalOffset, int, int]:
+    ) -> JournalOffset:
         """The offset after reading `journal` from `prev` up to `head` within the limits."""
         options = self.options
         if rows is None and size is None and not options.committed:
-            return JournalOffset(head), 0, head - prev.offset
+            return JournalOffset(head)
         new_message = new_message_factory(options, content_type, journal)
-        envelopes = read_uncommitted(client, journal, prev.offset, end=head, new_message=new_message)
+        envelopes = read_uncommitted(
+            client, journal, prev.offset, end=head, new_message=new_message
+        )
         counted = _Counted(envelopes, prev.offset, size)
         limited: Iterable[Envelope] = counted if rows is None else islice(counted, rows)
         try:
             if not options.committed:
                 for _ in limited:
                     pass
-                return JournalOffset(counted.end), counted.rows, counted.end - prev.offset
+                return JournalOffset(counted.end)
             seq = Sequencer({journal: prev.offset}, prev.sequencer_states(journal))
 
             def replay(j: str, begin: int, end: int) -> Iterable[Envelope]:
@@ -188,13 +207,15 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         kept = tuple(
             sorted((s.producer.hex(), s.last_ack, s.begin) for s in states if s.journal == journal)
         )
-        return JournalOffset(end, kept), counted.rows, end - prev.offset
+        return JournalOffset(end, kept)
 
     # -- micro-batches (driver plans, executors read) ------------------------------------------
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         first, last = decode_offset(start), decode_offset(end)
-        moved = {n: jo for n, jo in last.items() if jo.offset > first.get(n, JournalOffset(0)).offset}
+        moved = {
+            n: jo for n, jo in last.items() if jo.offset > first.get(n, JournalOffset(0)).offset
+        }
         if not moved:
             return []
         client = self.options.store.open()
@@ -211,7 +232,8 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, StreamPartition), partition
+        if not isinstance(partition, StreamPartition):
+            return  # Spark's stand-in partition when there is nothing to read
         options = self.options
         arrow = arrow_schema(self.schema)
         client = options.store.open()
@@ -226,7 +248,9 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 return
             start = JournalOffset(partition.begin, partition.states)
-            seq = Sequencer({partition.journal: partition.begin}, start.sequencer_states(partition.journal))
+            seq = Sequencer(
+                {partition.journal: partition.begin}, start.sequencer_states(partition.journal)
+            )
             yield from sequential_batches(
                 decoder, partition.begin, partition.end, arrow, seq, options.batch_rows
             )
@@ -235,6 +259,11 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: every offset holds all that is needed to resume from it."""
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    """The `index`-th of `parts` near-equal shares of `total`."""
+    return total // parts + (1 if index < total % parts else 0)
 
 
 class _Counted:

@@ -219,7 +219,9 @@ def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[TaskCommit
 class OncelogBatchWriter(DataSourceArrowWriter):
     """`df.write.format("oncelog")`: tasks publish uncommitted, the job commit acknowledges."""
 
-    def __init__(self, options: WriteOptions, schema: StructType, targets: list[JournalSpec]) -> None:
+    def __init__(
+        self, options: WriteOptions, schema: StructType, targets: list[JournalSpec]
+    ) -> None:
         _check_key(options, schema)
         self.options = options
         self.schema = schema
@@ -241,7 +243,9 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
     """`df.writeStream.format("oncelog")`: the batch writer's protocol per micro-batch, with
     each committed batch id recorded so a replayed micro-batch is not committed twice."""
 
-    def __init__(self, options: WriteOptions, schema: StructType, targets: list[JournalSpec]) -> None:
+    def __init__(
+        self, options: WriteOptions, schema: StructType, targets: list[JournalSpec]
+    ) -> None:
         if not options.writer_id:
             raise OptionError(
                 "option 'writer_id' is required for streaming writes: a stable name of this "

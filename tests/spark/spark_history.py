@@ -22,7 +22,8 @@ def write_history(
     """A journal written by three publishers: committed messages, transactions that commit
     or roll back, transactions left open, nil-UUID messages and re-appended duplicates."""
     rng = random.Random(seed)
-    client.create(JournalSpec(journal, labels={"app": "test"}, fragment=FragmentSpec(length=fragment)))
+    spec = JournalSpec(journal, labels={"app": "test"}, fragment=FragmentSpec(length=fragment))
+    client.create(spec)
     pubs = [Publisher(client) for _ in range(3)]
     n = 0
     for _ in range(rounds):

@@ -5,7 +5,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# Keep the Spark tests on one test worker (`--dist loadgroup`): one SparkSession.
+pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.s3]
 
 
 def load_example(name: str):

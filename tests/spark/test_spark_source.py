@@ -39,10 +39,12 @@ from oncelog.spark.schema import SchemaError, source_struct
 from oncelog.spark.schema import arrow_schema as arrow_schema_of
 from oncelog.spark.stream import OncelogStreamReader, decode_offset
 from oncelog.spark.uuids import NIL_TEXT, uuid_columns
-from oncelog.spark.write import OncelogBatchWriter, OncelogStreamWriter, TaskCommit
+from oncelog.spark.write import TaskCommit
 
 RAW = source_struct(StringType())
-PARSED = source_struct(StructType([StructField("n", LongType()), StructField("page", StringType())]))
+PARSED = source_struct(
+    StructType([StructField("n", LongType()), StructField("page", StringType())])
+)
 
 
 def roundtrip(obj):
@@ -174,6 +176,20 @@ def test_batch_reader_parses_documents_by_schema_and_reads_uncommitted(store) ->
     assert table.column("commit_offset").null_count == table.num_rows
 
 
+def test_nothing_to_read_gives_no_rows(store) -> None:
+    from pyspark.sql.datasource import InputPartition
+
+    target, client = store
+    client.create(JournalSpec("empty/j", labels={"app": "empty"}))
+    options = ReadOptions.parse({"store": target.url, "journals": "app=empty"})
+    reader = OncelogBatchReader(options, RAW)
+    assert reader.partitions() == []
+    # Spark then reads one stand-in partition.
+    assert list(reader.read(InputPartition(None))) == []
+    nothing = OncelogDataSource({"store": target.url, "journals": "app=none"})
+    assert "message` string" in nothing.schema()
+
+
 def test_odd_uuids_make_a_journal_read_sequentially(store) -> None:
     target, client = store
     client.create(JournalSpec("odd/j", fragment=FragmentSpec(length=50)))
@@ -203,13 +219,15 @@ def test_bad_documents_and_options_fail_with_clear_errors(store) -> None:
 
     client.create(JournalSpec("bad/uuid"))
     client.append("bad/uuid", b'{"uuid": "not-a-uuid"}\n')
-    reader = OncelogBatchReader(ReadOptions.parse({"store": target.url, "journals": "bad/uuid"}), RAW)
-    with pytest.raises(BadMessage, match=r"'bad/uuid': message at offsets \[0, 23\) has a bad UUID"):
+    bad_uuid = ReadOptions.parse({"store": target.url, "journals": "bad/uuid"})
+    reader = OncelogBatchReader(bad_uuid, RAW)
+    with pytest.raises(BadMessage, match=r"message at offsets \[0, 23\) has a bad UUID"):
         read_all(reader)
 
     client.create(JournalSpec("bad/csv", labels={"content-type": "text/csv"}))
     with pytest.raises(SchemaError, match="parses JSON documents"):
-        OncelogBatchReader(ReadOptions.parse({**options, "journals": "bad/csv"}), PARSED).partitions()
+        csv = ReadOptions.parse({**options, "journals": "bad/csv"})
+        OncelogBatchReader(csv, PARSED).partitions()
     mixed = OncelogDataSource({"store": target.url, "journals": "bad/j,bad/csv,bad/uuid"})
     assert "message` string" in mixed.schema()  # JSON and CSV are both text
     client.create(JournalSpec("bad/proto", labels={"content-type": "application/x-protobuf-fixed"}))
@@ -231,9 +249,9 @@ def test_bad_documents_and_options_fail_with_clear_errors(store) -> None:
         ({"journals": "a"}, "'store' is required"),
         ({"store": "/x"}, "'journals' is required"),
         ({"store": "/x", "journals": "app in (a"}, "bad label selector"),
-        ({"store": "/x", "journals": "a", "committed": "maybe"}, "'committed' must be true or false"),
+        ({"store": "/x", "journals": "a", "committed": "maybe"}, "'committed' must be true"),
         ({"store": "/x", "journals": "a", "split_bytes": "-1"}, "'split_bytes' must be at least 1"),
-        ({"store": "/x", "journals": "a", "chunk_bytes": "big"}, "'chunk_bytes' must be an integer"),
+        ({"store": "/x", "journals": "a", "chunk_bytes": "big"}, "'chunk_bytes' must be an int"),
         ({"store": "/x", "journals": "a", "storage_options": "[1]"}, "must be a JSON object"),
         ({"store": "/x", "journals": "a", "prune_horizon": "-3"}, "'prune_horizon' must be"),
     ],
@@ -331,7 +349,8 @@ def test_stream_reader_resumes_from_offsets_exactly_once(store) -> None:
         end = reader.latestOffset(start, limit)
         # Offsets are canonical JSON: Spark compares them as strings.
         assert json.dumps(end) == json.dumps(end, sort_keys=True)
-        batches = [b for p in roundtrip(reader.partitions(start, end)) for b in roundtrip(reader).read(p)]
+        partitions = roundtrip(reader.partitions(start, end))
+        batches = [b for p in partitions for b in roundtrip(reader).read(p)]
         return end, [(r["journal"], r["begin"]) for b in batches for r in b.to_pylist()]
 
     reader = OncelogStreamReader(ReadOptions.parse(options), RAW)
@@ -372,7 +391,8 @@ def test_stream_reader_limits_and_trigger_available_now(store) -> None:
         if end == offset:
             break
         batches += 1
-        rows += [r["begin"] for p in reader.partitions(offset, end) for b in reader.read(p) for r in b.to_pylist()]
+        got = [b for p in reader.partitions(offset, end) for b in reader.read(p)]
+        rows += [r["begin"] for b in got for r in b.to_pylist()]
         offset = end
     uncommitted = list(read_uncommitted(client, "lim/a"))
     assert batches >= (len(uncommitted) - 1) // 3
@@ -380,11 +400,33 @@ def test_stream_reader_limits_and_trigger_available_now(store) -> None:
     assert sorted(rows) == sorted(b for b in expected if b < uncommitted[-1].begin)
 
 
+def test_stream_limits_are_shared_among_journals(store) -> None:
+    target, client = store
+    for name in ("fair/a", "fair/b", "fair/c"):
+        client.create(JournalSpec(name, labels={"app": "fair"}))
+        for i in range(5):
+            client.append(name, b'{"n": %d}\n' % i)
+    options = {"store": target.url, "journals": "app=fair", "max_messages_per_trigger": "4"}
+    reader = OncelogStreamReader(ReadOptions.parse(options), RAW)
+    offset = reader.initialOffset()
+    step = len(b'{"n": 0}\n')
+    totals = [0]
+    while totals[-1] < 15 and len(totals) < 10:
+        offset = reader.latestOffset(offset, reader.getDefaultReadLimit())
+        read = {n: jo.offset // step for n, jo in decode_offset(offset).items()}
+        if len(totals) == 1:
+            assert sorted(read.values()) == [1, 1, 2]  # shared out: none waits
+        totals.append(sum(read.values()))
+    steps = [b - a for a, b in zip(totals, totals[1:])]
+    assert totals[-1] == 15 and all(1 <= n <= 4 for n in steps) and len(steps) <= 6
+
+
 # --- writes -------------------------------------------------------------------------------
 
 
 def _arrow_rows(rows: list[dict]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(rows, schema=pa.schema([("page", pa.string()), ("n", pa.int64())]))
+    schema = pa.schema([("page", pa.string()), ("n", pa.int64())])
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
 WRITE_SCHEMA = StructType([StructField("page", StringType()), StructField("n", LongType())])
@@ -402,7 +444,9 @@ def test_batch_writer_commits_only_on_job_commit(store) -> None:
     rows = [{"page": f"p{i}", "n": i} for i in range(6)]
     failed = roundtrip(writer).write(iter([_arrow_rows(rows[:2])]))  # an attempt that fails
     del failed
-    messages = [roundtrip(roundtrip(writer).write(iter([_arrow_rows(rows[i : i + 3])]))) for i in (0, 3)]
+    messages = [
+        roundtrip(roundtrip(writer).write(iter([_arrow_rows(rows[i : i + 3])]))) for i in (0, 3)
+    ]
     assert all(isinstance(m, TaskCommit) and m.rows == 3 for m in messages)
     assert _docs(client, "out/j") == []  # published, not yet visible
     writer.commit(messages)
@@ -454,10 +498,11 @@ def test_stream_writer_skips_a_batch_id_it_already_committed(store) -> None:
     with pytest.raises(OptionError, match="writer_id"):
         OncelogDataSource({**options, "writer_id": ""}).streamWriter(WRITE_SCHEMA, False)
     writer = OncelogDataSource(options).streamWriter(WRITE_SCHEMA, False)
-    first = [roundtrip(writer).write(iter([_arrow_rows([{"page": "a", "n": 1}, {"page": "b", "n": 2}])]))]
+    two = [{"page": "a", "n": 1}, {"page": "b", "n": 2}]
+    first = [roundtrip(writer).write(iter([_arrow_rows(two)]))]
     writer.commit(first, 0)
     # The driver failed after committing batch 0: Spark replays it with new task attempts.
-    again = [roundtrip(writer).write(iter([_arrow_rows([{"page": "a", "n": 1}, {"page": "b", "n": 2}])]))]
+    again = [roundtrip(writer).write(iter([_arrow_rows(two)]))]
     roundtrip(writer).commit(again, 0)
     nxt = [writer.write(iter([_arrow_rows([{"page": "c", "n": 3}])]))]
     writer.commit(nxt, 1)
@@ -479,8 +524,9 @@ def test_stream_writer_finishes_a_recorded_commit_that_was_not_appended(store) -
     # Simulate a crash between recording batch 5 and appending its ACKs.
     import base64
 
-    record = {"batch": 5, "acks": [[j, base64.b64encode(i).decode()] for m in first for j, i in m.acks]}
-    assert client.put_if_absent("spark/writers/q2/batches/00000000000000000005.json", orjson.dumps(record))
+    acks = [[j, base64.b64encode(i).decode()] for m in first for j, i in m.acks]
+    path = "spark/writers/q2/batches/00000000000000000005.json"
+    assert client.put_if_absent(path, orjson.dumps({"batch": 5, "acks": acks}))
     assert _docs(client, "out/r") == []
     replay = [writer.write(iter([_arrow_rows([{"page": "a", "n": 1}])]))]
     writer.commit(replay, 5)
@@ -490,9 +536,23 @@ def test_stream_writer_finishes_a_recorded_commit_that_was_not_appended(store) -
 def test_csv_journals_are_written_with_the_uuid_first(store) -> None:
     target, client = store
     client.create(JournalSpec("out/csv", labels={"content-type": "text/csv"}))
-    writer = OncelogDataSource({"store": target.url, "journal": "out/csv"}).writer(WRITE_SCHEMA, False)
-    writer.commit([writer.write(iter([_arrow_rows([{"page": "a,b", "n": 1}, {"page": None, "n": 2}])]))])
+    source = OncelogDataSource({"store": target.url, "journal": "out/csv"})
+    writer = source.writer(WRITE_SCHEMA, False)
+    rows = [{"page": "a,b", "n": 1}, {"page": None, "n": 2}]
+    writer.commit([writer.write(iter([_arrow_rows(rows)]))])
     got = [e.message.fields for e in read_committed(client, "out/csv")]
     assert [f[1:] for f in got] == [["a,b", "1"], ["", "2"]]
-    table = read_all(OncelogBatchReader(ReadOptions.parse({"store": target.url, "journals": "out/csv"}), RAW))
+    options = ReadOptions.parse({"store": target.url, "journals": "out/csv"})
+    table = read_all(OncelogBatchReader(options, RAW))
     assert [m.split(",", 1)[1] for m in table.column("message").to_pylist()] == ['"a,b",1', ",2"]
+
+
+def test_pyspark_finds_the_default_source_module() -> None:
+    """PySpark registers `DefaultSource` of installed `pyspark_*` modules by itself."""
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_oncelog
+
+    assert pyspark_oncelog.DefaultSource is OncelogDataSource
+    assert issubclass(pyspark_oncelog.DefaultSource, DataSource)
+    assert pyspark_oncelog.DefaultSource.name() == "oncelog"
