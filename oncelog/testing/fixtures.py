@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -65,6 +66,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_put_lock = threading.Lock()
+
+
+def _make_object_writes_atomic() -> None:
+    """Serialise moto's PutObject, as S3 itself is atomic per request.
+
+    moto checks `If-None-Match: *` and then stores the object in two steps, so two
+    concurrent conditional PUTs of one key can both succeed (and concurrent PUTs of
+    one key can fail with a closed temporary file). Real S3 never lets two
+    create-if-absent writes of a key both win; the test server must not either, or
+    tests of racing writers would test moto instead of oncelog.
+    """
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "_oncelog_atomic", False):
+        return
+    unlocked = S3Response.put_object
+
+    def put_object(self: Any) -> Any:
+        with _put_lock:
+            return unlocked(self)
+
+    put_object._oncelog_atomic = True  # type: ignore[attr-defined]
+    S3Response.put_object = put_object  # type: ignore[method-assign]
+
+
 def start_s3_server() -> tuple[S3Server, Any]:
     """Start moto's S3 server on 127.0.0.1; returns the server info and a handle to `.stop()`."""
     try:
@@ -73,6 +100,7 @@ def start_s3_server() -> tuple[S3Server, Any]:
         raise RuntimeError(
             "the S3 test server needs moto's server mode: pip install 'oncelog[testing]'"
         ) from exc
+    _make_object_writes_atomic()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = _free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
