@@ -10,6 +10,7 @@ its baseline as a ratio.
     .venv/bin/python benchmarks/journal.py            # 200 MB, local disk and S3
     .venv/bin/python benchmarks/journal.py --quick    # 20 MB smoke run
     .venv/bin/python benchmarks/journal.py --backend local --mb 500
+    .venv/bin/python benchmarks/journal.py --backend local --repeat 5   # best of 5
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -246,8 +248,41 @@ class Suite:
         return rows
 
 
-def sha1_rate(data: bytes) -> float:
-    return len(data) / 1e6 / timed(lambda: hashlib.sha1(data).digest())
+def sha1_rates(data: bytes, threads: int) -> tuple[float, float]:
+    """SHA1 MB/s of one core, and of `threads` threads hashing separate parts at once (best
+    of 3 each): with every fragment verified before its bytes are returned, the second bounds
+    any reader on this machine, the first a single-fragment one."""
+    view = memoryview(data)
+
+    def one() -> None:
+        hashlib.sha1(view).digest()
+
+    def many() -> None:
+        step = -(-len(view) // threads)
+        workers = [
+            threading.Thread(target=lambda p=view[i : i + step]: hashlib.sha1(p).digest())
+            for i in range(0, len(view), step)
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+
+    mb = len(data) / 1e6
+    return mb / min(timed(one) for _ in range(3)), mb / min(timed(many) for _ in range(3))
+
+
+def best_of(repeat: int, run: Callable[[], list[Row]]) -> list[Row]:
+    """Run a suite `repeat` times; keep each figure's best and each baseline's best (on a
+    shared machine the best run is the one least disturbed)."""
+    best = run()
+    for _ in range(repeat - 1):
+        for kept, row in zip(best, run()):
+            if row.value > kept.value:
+                kept.value, kept.note = row.value, row.note
+            if row.baseline is not None and kept.baseline is not None:
+                kept.baseline = max(kept.baseline, row.baseline)
+    return best
 
 
 def print_rows(rows: list[Row]) -> None:
@@ -273,6 +308,9 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=None, help="megabytes to append (default 200)")
     parser.add_argument("--backend", choices=["local", "s3", "all"], default="all")
     parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per backend, best figures kept (default 1)"
+    )
+    parser.add_argument(
         "--length",
         type=int,
         default=64,
@@ -291,15 +329,24 @@ def main() -> None:
     records, data = make_records(total_mb)
     rows: list[Row] = []
     if args.backend in ("local", "all"):
-        rows += bench_local(records, data, sync_appends)
+        rows += best_of(args.repeat, lambda: bench_local(records, data, sync_appends))
     if args.backend in ("s3", "all"):
-        rows += bench_s3(records, data, sync_appends)
+        rows += best_of(args.repeat, lambda: bench_s3(records, data, sync_appends))
     print()
     print_rows(rows)
+    cores = os.cpu_count() or 1
+    one, many = sha1_rates(data, cores)
     print(
-        f"\nfor scale: SHA1 of the same bytes runs at {sha1_rate(data):.0f} MB/s on one core; "
-        "every byte appended or read is hashed once."
+        f"\nfor scale: SHA1 of the same bytes runs at {one:.0f} MB/s on one core and "
+        f"{many:.0f} MB/s on {cores} threads now; every byte appended or read is hashed once."
     )
+    for r in rows:
+        if r.backend == "local" and r.operation.startswith("read") and r.baseline:
+            print(
+                f"local read ceiling with SHA1 verification: {many:.0f} MB/s = "
+                f"{many / r.baseline:.2f}x raw read ({one / r.baseline:.2f}x per core): the "
+                f"{r.target}x target needs SHA1 at {r.target * r.baseline:.0f} MB/s."
+            )
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal
 
 from oncelog.framing import FrameDecodeError, decode_batches, for_content_type
-from oncelog.message import Envelope, Flags, clock_from_unix_ns, prime_ids
+from oncelog.framing.base import batch_built, gc_paused
+from oncelog.message import Envelope, clock_from_unix_ns, prime_ids
 from oncelog.sequencer import ProducerState, Sequencer
 
 if TYPE_CHECKING:
@@ -142,7 +144,9 @@ def read_uncommitted_batches(
             on_error=handler,
         ):
             if prime:
-                prime_ids(batch)
+                with gc_paused():  # one tuple per envelope: no collections while built
+                    prime_ids(batch)
+                    batch_built(len(batch))
             yield batch
     finally:
         reader.close()
@@ -192,16 +196,12 @@ def read_committed(
         chunk_size=chunk_size, on_open=on_open,
     )
     replay = _replayer(client, new_message, on_error)
-    ack = Flags.ACK_TXN
     try:
-        for batch in batches:  # UUIDs parsed in bulk, then sequenced
-            committed = sequencer.sequence(batch, replay)
-            if include_acks:
-                yield from committed
-            else:
-                for env in committed:
-                    if env._ids[2] is not ack:  # ids are parsed: the sequencer read them
-                        yield env
+        # One sequencing pass over the whole stream (UUIDs parsed in bulk a batch at a
+        # time), dropping acknowledgements inside the sequencer's loop.
+        yield from sequencer.sequence(
+            chain.from_iterable(batches), replay, acks=include_acks
+        )
     finally:
         batches.close()
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from oncelog.message import PRODUCER_ID_LEN, Envelope
+from oncelog.message import PRODUCER_ID_LEN, Envelope, Flags
 
 __all__ = [
     "QueueOutcome",
@@ -604,21 +604,26 @@ class Sequencer:
     # ------------------------------------------------------------------ batches
 
     def sequence(
-        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None = None
+        self,
+        envelopes: Iterable[Envelope],
+        replay: ReplayFunc | None = None,
+        *,
+        acks: bool = True,
     ) -> Iterator[Envelope]:
         """Queue each envelope and yield the committed ones, in order.
 
         Equivalent to `queue_uncommitted` + `step` per envelope, with the
         sequencer in the same state at each yield (so `checkpoint()` may be taken
         there), but faster. `replay(journal, begin, end)` reads replays; without
-        it a replay raises `ReplayRequired`.
+        it a replay raises `ReplayRequired`. With `acks=False` the dequeued
+        acknowledgements (flags `ACK_TXN`) are stepped past without being yielded.
         """
         if self._emit is not None:
             self._raise_busy("sequence")
-        return self._sequence(envelopes, replay)
+        return self._sequence(envelopes, replay, acks)
 
     def _sequence(
-        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None
+        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None, acks: bool = True
     ) -> Iterator[Envelope]:
         # The common outcomes are inlined here; everything else goes through
         # queue_uncommitted and step. At every yield the sequencer is exactly as
@@ -631,6 +636,7 @@ class Sequencer:
         journal: str | None = None
         by_producer: dict[bytes, _Partial] = {}
         head = self._head
+        ack = Flags.ACK_TXN
         for env in envelopes:
             o = owner[head]  # evict at head, as queue_uncommitted does
             if o is not None and o.ring_start == head:
@@ -734,6 +740,9 @@ class Sequencer:
                             c = (e._ids or e.ids)[1]
                             if c <= mn or c > clock:
                                 continue  # a duplicate, or not committed by this ACK
+                            if e is env and not acks and flags is ack:
+                                p.min_clock = mn = c  # as if yielded and stepped past
+                                continue
                             p.ring_start = i
                             p.begin = e.begin
                             self._dequeued = e
@@ -762,6 +771,8 @@ class Sequencer:
                     raise ReplayRequired(j, begin, end)
                 self._replay_it = iter(replay(j, begin, end))
             while (committed := self.step()) is not None:
+                if not acks and (committed._ids or committed.ids)[2] is ack:
+                    continue
                 yield committed
                 if self._dequeued is not committed:
                     self._raise_interfered()
@@ -773,14 +784,19 @@ class Sequencer:
         )
 
     def committed(
-        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None = None
+        self,
+        envelopes: Iterable[Envelope],
+        replay: ReplayFunc | None = None,
+        *,
+        acks: bool = True,
     ) -> list[Envelope]:
-        """Sequence a whole batch at once; returns the committed envelopes in order.
+        """Sequence a whole batch at once; returns the committed envelopes in order
+        (without the acknowledgements if `acks=False`).
 
         The fastest path. Take a checkpoint only after the batch: should it
         raise (a failed replay), resume from an earlier checkpoint.
         """
-        return list(self.sequence(envelopes, replay))
+        return list(self.sequence(envelopes, replay, acks=acks))
 
     def __repr__(self) -> str:
         n = sum(len(b) for b in self._partials.values())

@@ -86,15 +86,15 @@ def test_appends_keep_flowing_while_a_write_is_slow(local_store: Any) -> None:
     first_write = threading.Event()
     gate = threading.Event()
     backend = client.store.backend
-    original = backend.write
+    original = backend.stage  # local disk: the fragment's bytes are written here
 
-    def slow_first(path: str, data: Any) -> None:
+    def slow_first(directory: str, data: Any) -> Any:
         if not first_write.is_set():
             first_write.set()
             assert gate.wait(30)
-        original(path, data)
+        return original(directory, data)
 
-    backend.write = slow_first  # type: ignore[method-assign]
+    backend.stage = slow_first  # type: ignore[method-assign]
     first = client.start_append("gc")
     first.write(b"first\n")
     first.release()
@@ -126,3 +126,111 @@ def test_close_flushes_and_refuses_new_appends(memory_store: Any) -> None:
     with pytest.raises(JournalError, match="closed"):
         client.start_append("closing")
     assert memory_store.open().read("closing").read() == b"last words"
+
+
+def _temp_files(root: str) -> list[str]:
+    import os
+
+    return [n for _, _, files in os.walk(root) for n in files if n.startswith(".tmp-")]
+
+
+def test_local_fragments_are_staged_while_hashed_and_named_by_their_sha1(
+    local_store: Any,
+) -> None:
+    """On local disk raw fragments are written under a temporary name while their SHA1 is
+    computed, then renamed; compressed ones are written after encoding."""
+    import hashlib
+
+    client = local_store.open()
+    client.create(JournalSpec("raw"))
+    client.create(JournalSpec("zst", fragment=FragmentSpec(compression="zstd")))
+    backend = client.store.backend
+    staged: list[str] = []
+    original = backend.stage
+
+    def spy(directory: str, data: Any) -> Any:
+        staged.append(directory)
+        return original(directory, data)
+
+    backend.stage = spy  # type: ignore[method-assign]
+    payload = bytes(range(256)) * 4096
+    assert client.append("raw", payload).end == len(payload)
+    assert client.append("zst", payload).end == len(payload)
+    assert staged == [client.store.journal_dir("raw")]
+    (fragment,) = client.fragments("raw")
+    assert fragment.sum == hashlib.sha1(payload).hexdigest()
+    assert local_store.open().read("raw").read() == payload
+    assert local_store.open().read("zst").read() == payload
+    assert _temp_files(local_store.url) == []
+
+
+def test_a_failed_rename_of_staged_bytes_is_retried_by_writing_them_afresh(
+    local_store: Any, monkeypatch: Any
+) -> None:
+    import os
+
+    from oncelog.journal import backends as backends_module
+
+    client = local_store.open()
+    client.create(JournalSpec("flaky"))
+    journal_dir = client.store.journal_dir("flaky")
+    real_replace = os.replace
+    failures = []
+
+    def flaky_replace(src: str, dst: str) -> None:
+        if not failures and os.path.dirname(dst) == journal_dir:
+            failures.append(src)
+            raise OSError(5, "simulated I/O error", dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(backends_module.os, "replace", flaky_replace)
+    result = client.append("flaky", b"survives a failed rename\n")
+    assert len(failures) == 1 and not os.path.exists(failures[0])  # the staged file is gone
+    assert (result.begin, result.end) == (0, 25)
+    assert local_store.open().read("flaky").read() == b"survives a failed rename\n"
+    assert _temp_files(local_store.url) == []
+
+
+def test_staged_bytes_are_removed_when_the_append_fails_before_naming_them(
+    local_store: Any,
+) -> None:
+    from oncelog.journal import AppendFailed, JournalError
+
+    client = local_store.open()
+    client.create(JournalSpec("doomed"))
+    assert client.append("doomed", b"first").end == 5
+    appender = client._appender("doomed")
+
+    def gone() -> None:
+        raise JournalError("journal 'doomed' vanished")
+
+    appender.index.ensure_loaded = gone  # type: ignore[method-assign]
+    with pytest.raises(AppendFailed, match="vanished"):
+        client.append("doomed", b"second")
+    assert _temp_files(local_store.url) == []
+    assert local_store.open().read("doomed").read() == b"first"
+
+
+def test_a_forked_child_hashes_large_fragments_with_its_own_threads(local_store: Any) -> None:
+    """The SHA1 thread pool is not inherited across fork (its threads are not)."""
+    import multiprocessing
+
+    client = local_store.open()
+    client.create(JournalSpec("forked"))
+    big = b"p" * (appender_module._OVERLAP_MIN + 1)
+    assert client.append("forked", big).end == len(big)  # the parent's pool now exists
+    assert appender_module._HASH_POOL is not None
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_append_in_child, args=(local_store.url, len(big)))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert local_store.open().read("forked").read() == big + b"c" * len(big)
+
+
+def _append_in_child(url: str, size: int) -> None:
+    from oncelog.journal import open_journals
+
+    assert appender_module._HASH_POOL is None
+    child_client = open_journals(url)
+    assert child_client.append("forked", b"c" * size).begin == size

@@ -675,3 +675,32 @@ def test_file_urls_and_plain_paths_open_the_same_store(local_store: Any) -> None
     assert url.root == plain.root
     assert url.read("same").read() == b"bytes"
     assert repr(url).startswith("JournalClient(local:")
+
+
+def test_a_cold_reader_verifies_the_next_fragments_while_reading_the_first(
+    local_store: Any,
+) -> None:
+    """Read-ahead starts before the first fragment is fetched, so fragments are SHA1-verified
+    on several cores at once rather than one after the other."""
+    writer = local_store.open()
+    writer.create(JournalSpec("ahead"))
+    parts = [bytes([65 + i]) * 1000 for i in range(3)]
+    for part in parts:
+        writer.append("ahead", part)
+    reader = local_store.open()
+    store = reader.store
+    original = store.read_fragment
+    second_started = threading.Event()
+    overlapped: list[bool] = []
+
+    def spy(fragment: Any) -> bytes:
+        if fragment.begin == 1000:
+            second_started.set()
+        elif fragment.begin == 0:
+            overlapped.append(second_started.wait(30))
+        return original(fragment)
+
+    store.read_fragment = spy  # type: ignore[method-assign]
+    with reader.read("ahead") as r:
+        assert r.read() == b"".join(parts)
+    assert overlapped == [True]

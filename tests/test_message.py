@@ -289,3 +289,91 @@ def test_prime_ids_leaves_odd_batches_to_lazy_parsing() -> None:
     assert batches[1][0].ids == uuid_fields(u)  # non-canonical but valid: parsed lazily
     with pytest.raises(ValueError, match="not a UUID"):
         batches[2][0].clock
+
+
+def _json_envelopes(items: list[tuple[bytes, int, int]]) -> list[Envelope]:
+    return [
+        Envelope("j", i, i + 1, JSONMessage({"uuid": str(build_uuid(p, c, f))}))
+        for i, (p, c, f) in enumerate(items)
+    ]
+
+
+@pytest.mark.parametrize("high_flags", [False, True])
+def test_prime_ids_bulk_batch_matches_lazy_parsing(high_flags: bool) -> None:
+    """A large batch (clocks spanning the whole 64-bit range, flags with or without
+    their two high bits) parses exactly as one UUID at a time, with shared producers."""
+    from random import Random
+
+    from oncelog.message import prime_ids
+
+    rng = Random(4)
+    ids = [new_producer_id() for _ in range(5)]
+    top = FLAGS_MASK if high_flags else 2
+    items = [
+        (rng.choice(ids), rng.choice([0, 1, (1 << 64) - 1, rng.getrandbits(64)]),
+         rng.randint(0, top))
+        for _ in range(3000)
+    ]
+    if high_flags:
+        items[1234] = (ids[0], 5, 0x300)
+    envs = _json_envelopes(items)
+    prime_ids(envs)
+    lazy = [uuid_fields(e.uuid) for e in envs]
+    expected = [(p, c, get_flags(build_uuid(p, c, f))) for p, c, f in items]
+    assert [e._ids for e in envs] == lazy == expected
+    assert [type(e._ids[2]) for e in envs] == [type(x[2]) for x in lazy]
+    first: dict[bytes, bytes] = {}
+    for e in envs:  # one bytes object per producer, so sequencer lookups hit by identity
+        assert first.setdefault(e._ids[0], e._ids[0]) is e._ids[0]
+
+
+def test_prime_ids_rejects_whitespace_hex_digits() -> None:
+    """`bytes.fromhex` skips whitespace: such a batch is left to lazy parsing."""
+    from oncelog.message import prime_ids
+
+    good = str(build_uuid(new_producer_id(), 77 << 4, Flags.OUTSIDE_TXN))
+    bad = "  " + good[2:]
+    envs = [
+        Envelope("j", 0, 1, JSONMessage({"uuid": good})),
+        Envelope("j", 1, 2, JSONMessage({"uuid": bad})),
+    ]
+    prime_ids(envs)
+    assert all(e._ids is None for e in envs)
+    assert envs[0].clock == 77 << 4
+    assert envs[1].ids == uuid_fields(envs[1].uuid)  # whatever uuid.UUID makes of it
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 6), st.sampled_from(list(Flags))),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(min_value=4, max_value=12),
+)
+def test_sequencer_without_acks_drops_only_acknowledgements(
+    steps: list[tuple[int, int, Flags]], ring: int
+) -> None:
+    """`Sequencer.sequence(acks=False)` yields what `acks=True` yields minus the ACKs,
+    and leaves the sequencer in the same state (duplicates, rollbacks and replays included)."""
+    from oncelog.message import prime_ids
+    from oncelog.sequencer import Sequencer
+
+    producer_ids = [bytes([1, 0, 0, 0, 0, i]) for i in range(3)]
+    clocks = [1 << 8] * 3
+    items = []
+    for who, back, flags in steps:
+        clocks[who] += 1
+        # Some clocks go back: duplicates.
+        items.append((producer_ids[who], max(1, clocks[who] - back), flags))
+    envs = _json_envelopes(items)
+    prime_ids(envs)
+
+    def replay(journal: str, begin: int, end: int) -> list[Envelope]:
+        return envs[begin:end]
+
+    with_acks, without = Sequencer({"j": 0}, buffer=ring), Sequencer({"j": 0}, buffer=ring)
+    all_out = with_acks.committed(envs, replay)
+    out = without.committed(envs, replay, acks=False)
+    assert out == [e for e in all_out if e.flags is not Flags.ACK_TXN]
+    assert without.checkpoint() == with_acks.checkpoint()

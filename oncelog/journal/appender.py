@@ -15,10 +15,12 @@ under the new name, try again, and remove the object that lost.
 from __future__ import annotations
 
 import collections
+import os
 import random
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from time import monotonic as _monotonic
 from types import TracebackType
@@ -28,12 +30,14 @@ from oncelog.journal.errors import AppendFailed, JournalError
 from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
 from oncelog.journal.index import ClaimsIndex
 from oncelog.journal.spec import FragmentSpec
+from oncelog.journal.backends import StagedFile
 from oncelog.journal.store import Claim, FragmentStore
 
 __all__ = ["AppendResult", "AsyncAppend", "Appender"]
 
 _IDLE_EXIT = 5.0  # seconds an idle writer thread lingers before exiting
 _MIN_PENDING_LIMIT = 16 << 20
+_OVERLAP_MIN = 1 << 20  # batches from this size are hashed in another thread while written
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +63,29 @@ class _Batch:
         self.base = 0
         self.error: BaseException | None = None
         self.sealed = False
+
+
+_HASH_POOL: ThreadPoolExecutor | None = None
+_HASH_POOL_LOCK = threading.Lock()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """Threads computing fragment SHA1s while the writer threads store the bytes."""
+    global _HASH_POOL
+    with _HASH_POOL_LOCK:
+        if _HASH_POOL is None:
+            _HASH_POOL = ThreadPoolExecutor(2, thread_name_prefix="oncelog-sha1")
+        return _HASH_POOL
+
+
+def _forget_hash_pool() -> None:
+    """A forked child has none of the parent's threads: it must start its own pool (an
+    inherited one would accept work that no thread ever runs)."""
+    global _HASH_POOL, _HASH_POOL_LOCK
+    _HASH_POOL, _HASH_POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_hash_pool)
 
 
 # AsyncAppend._end doubles as its state: these negative values until it is released.
@@ -398,13 +425,43 @@ class Appender:
             batch.base = self._retry(self.index.ensure_loaded, "load the index")
             batch.event.set()
             return
-        digest = content_sum(data)
-        stored = encode(self._codec, data)
-        self._retry(self.index.ensure_loaded, "load the index")
+        staged: StagedFile | None = None
+        if self._codec is Codec.NONE and self.store.can_stage:
+            # Local disk: write and fsync the bytes under a temporary name while another
+            # thread computes the SHA1 that names them (both let go of the GIL). Small
+            # batches are hashed here: handing them to a thread costs more than it saves.
+            hashing = _hash_pool().submit(content_sum, data) if size >= _OVERLAP_MIN else None
+            try:
+                staged = self._retry(
+                    lambda: self.store.stage_fragment(self.journal, data),
+                    f"write {size} bytes of journal {self.journal!r}",
+                )
+            finally:
+                # Never leave the hash reading `data` behind.
+                digest = hashing.result() if hashing is not None else content_sum(data)
+            stored: bytes | bytearray | memoryview = data
+        else:
+            digest = content_sum(data)
+            stored = encode(self._codec, data)
+        try:
+            self._retry(self.index.ensure_loaded, "load the index")
+        except BaseException:
+            if staged is not None:
+                self.store.discard_staged(staged)
+            raise
         while True:
             begin = self.index.head
             fragment = Fragment(self.journal, begin, begin + size, digest, self._codec)
-            self._retry(lambda: self.store.write_fragment(fragment, stored), f"write {fragment}")
+            # The first attempt renames the staged file to the content name; should that fail
+            # (the staged file is removed then), later attempts and renames after a lost race
+            # write the bytes afresh.
+            pending = [staged] if staged is not None else []
+            staged = None
+
+            def store_fragment() -> None:
+                self.store.write_fragment(fragment, pending.pop() if pending else stored)
+
+            self._retry(store_fragment, f"write {fragment}")
             claim = Claim(begin, fragment.content_name, uuid.uuid4().hex)
             if self._retry(lambda: self._try_claim(claim), f"claim offset {begin}", True):
                 self.index.add(claim, fragment)

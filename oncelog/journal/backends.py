@@ -26,6 +26,7 @@ from oncelog.journal.errors import AppendNotSupported
 
 __all__ = [
     "ObjectInfo",
+    "StagedFile",
     "Backend",
     "LocalBackend",
     "MemoryBackend",
@@ -48,6 +49,14 @@ class ObjectInfo:
     mtime: float
 
 
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    """Bytes already stored durably under a temporary name (LocalBackend.stage), waiting for
+    `write` to give them their final name."""
+
+    path: str
+
+
 class Backend(Protocol):
     """The storage calls oncelog makes. Paths are absolute in the backend's own form."""
 
@@ -59,7 +68,7 @@ class Backend(Protocol):
     def read(self, path: str, size_hint: int | None = None) -> bytes: ...
     def read_range(self, path: str, start: int, end: int) -> bytes: ...
     def read_many(self, paths: Sequence[str]) -> list[bytes | BaseException]: ...
-    def write(self, path: str, data: bytes | bytearray | memoryview) -> None: ...
+    def write(self, path: str, data: bytes | bytearray | memoryview | StagedFile) -> None: ...
     def create(self, path: str, data: bytes) -> bool: ...
     def exists(self, path: str) -> bool: ...
     def list_dir(self, path: str) -> list[ObjectInfo]: ...
@@ -178,15 +187,27 @@ class LocalBackend(_Base):
         os.close(fd)
         return tmp
 
-    def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+    def write(self, path: str, data: bytes | bytearray | memoryview | StagedFile) -> None:
+        """Durably store `data` at `path`: a temporary file written and fsync'd, renamed, the
+        directory fsync'd. `data` may be a file `stage`d in the same directory earlier: it is
+        renamed (and removed if the rename fails)."""
         directory = os.path.dirname(path)
-        tmp = self._write_temp(directory, data)
+        tmp = data.path if isinstance(data, StagedFile) else self._write_temp(directory, data)
         try:
             os.replace(tmp, path)
         except BaseException:
             _unlink_quietly(tmp)
             raise
         _fsync_dir(directory)
+
+    def stage(self, directory: str, data: bytes | bytearray | memoryview) -> StagedFile:
+        """The first half of `write`, for bytes whose final name is not known yet: store them
+        durably in a temporary file of `directory` (invisible to listings)."""
+        return StagedFile(self._write_temp(directory, data))
+
+    def discard(self, staged: StagedFile) -> None:
+        """Remove a staged file that will not be written under a name."""
+        _unlink_quietly(staged.path)
 
     def create(self, path: str, data: bytes) -> bool:
         directory = os.path.dirname(path)

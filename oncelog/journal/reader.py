@@ -25,8 +25,9 @@ __all__ = ["JournalReader", "READ_AHEAD_FRAGMENTS", "READ_AHEAD_BYTES"]
 
 READ_AHEAD_FRAGMENTS = 8
 """At most this many fragments are fetched ahead of a reader..."""
-READ_AHEAD_BYTES = 64 << 20
-"""...and no more than about this many bytes of them."""
+READ_AHEAD_BYTES = 128 << 20
+"""...and no more than about this many bytes of them (at least two fragments of the bulk-load
+size 64 MiB, so that two fragments are SHA1-verified at once on two cores)."""
 
 
 class JournalReader(io.RawIOBase):
@@ -158,6 +159,9 @@ class JournalReader(io.RawIOBase):
         if offset == fragment.begin or fragment.codec is not Codec.NONE:
             data = self._take_ahead(fragment)
             if data is None:
+                # Start fetching the following fragments first, so they are read and verified
+                # on other cores while this one is (SHA1 bounds a reader, not the disk).
+                self._read_ahead(fragment)
                 data = self._store.read_fragment(fragment)
             view = memoryview(data)[offset - fragment.begin :]
         else:

@@ -11,12 +11,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import orjson
 from fsspec import AbstractFileSystem
 
-from oncelog.journal.backends import Backend, ObjectInfo, backend_for
+from oncelog.journal.backends import Backend, LocalBackend, ObjectInfo, StagedFile, backend_for
 from oncelog.journal.errors import (
     InvalidFragmentName,
     JournalError,
@@ -110,9 +110,26 @@ class FragmentStore:
 
     # -- fragments --------------------------------------------------------------------------
 
-    def write_fragment(self, fragment: Fragment, stored: bytes | bytearray | memoryview) -> None:
-        """Store a fragment object under its content name (idempotent: same name, same bytes)."""
+    def write_fragment(
+        self, fragment: Fragment, stored: bytes | bytearray | memoryview | StagedFile
+    ) -> None:
+        """Store a fragment object under its content name (idempotent: same name, same bytes);
+        `stored` may be bytes staged by `stage_fragment` (renamed, not copied)."""
         self.backend.write(self.fragment_path(fragment), stored)
+
+    @property
+    def can_stage(self) -> bool:
+        """Whether fragment bytes can be stored before their name is known (local disk), so
+        the SHA1 that names them can be computed while they are being written."""
+        return isinstance(self.backend, LocalBackend)
+
+    def stage_fragment(self, journal: str, stored: bytes | bytearray | memoryview) -> StagedFile:
+        """Durably store fragment bytes of `journal` under a temporary name (local disk only);
+        `write_fragment(fragment, staged)` then names them, `discard_staged` drops them."""
+        return cast(LocalBackend, self.backend).stage(self.journal_dir(journal), stored)
+
+    def discard_staged(self, staged: StagedFile) -> None:
+        cast(LocalBackend, self.backend).discard(staged)
 
     def read_fragment(self, fragment: Fragment) -> bytes:
         """The fragment's whole journal bytes, decompressed and SHA1-verified."""

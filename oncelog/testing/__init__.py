@@ -5,11 +5,20 @@
 - `ReadCommittedModel`: what a correct read-committed reader must deliver.
 - `assert_exactly_once(inputs, outputs, key=...)`: every input once, nothing else.
 - `read_committed_with_restarts()`: a reader that crashes and resumes from checkpoints.
+- `consumer_machine(handler, expected, key=... | view=...)`: a hypothesis state machine
+  that drives your consumer handler through upstream transactions, duplicates, consumer
+  crashes, restarts and zombies, and checks its committed outputs against a reference.
 - `json_messages()`, `json_documents()`, `csv_records()`: message strategies.
 - Fixtures for pytest (`oncelog.testing.fixtures`): temporary local stores and an S3
   test server.
 """
 
+from oncelog.testing.machine import (
+    ConsumerCrash,
+    ConsumerMachine,
+    consumer_machine,
+    sentences,
+)
 from oncelog.testing.model import ExactlyOnceViolation, ReadCommittedModel, assert_exactly_once
 from oncelog.testing.strategies import (
     Action,
@@ -25,15 +34,19 @@ from oncelog.testing.strategies import (
 
 __all__ = [
     "Action",
+    "ConsumerCrash",
+    "ConsumerMachine",
     "ExactlyOnceViolation",
     "HistoryRun",
     "ReadCommittedModel",
     "Step",
     "assert_exactly_once",
+    "consumer_machine",
     "csv_records",
     "histories",
     "json_documents",
     "json_messages",
     "read_committed_with_restarts",
     "run_history",
+    "sentences",
 ]
