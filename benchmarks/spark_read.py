@@ -76,25 +76,9 @@ def write_journals(client: JournalClient, messages: int) -> int:
 
 
 def spark_session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
+    from oncelog.spark import local_session
 
-    from oncelog.spark import register
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("oncelog-spark-read-benchmark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    return local_session("oncelog-spark-read-benchmark")[0]
 
 
 def timed_scan(df: Any) -> float:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from typing import Any
@@ -112,53 +111,18 @@ def expected_counts(client: JournalClient) -> dict[str, int]:
 def spark_session() -> tuple[Any, bool]:
     """The running Spark session, or a new local one on the loopback interface with this
     interpreter for its workers; and whether it is new (then the caller stops it)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from oncelog.spark import local_session
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("oncelog-pageviews")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, True
+    return local_session("oncelog-pageviews")
 
 
 def _moto_store() -> tuple[Any, str, dict[str, Any]]:
     """A local S3 test server (moto) with a fresh bucket."""
-    import logging
-    import socket
+    from oncelog.testing.fixtures import start_s3_server
 
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    ).create_bucket(Bucket="pageviews")
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-    return server, "s3://pageviews/journals", options
+    info, server = start_s3_server()
+    info.create_bucket("pageviews")
+    return server, "s3://pageviews/journals", dict(info.storage_options)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,25 +97,9 @@ def committed_ids(client: JournalClient, journals: list[str]) -> Counter:
 
 def spark_session() -> tuple[Any, bool]:
     """The running Spark session, or a new local one (and whether the caller stops it)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from oncelog.spark import local_session
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("oncelog-streaming")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark, True
+    return local_session("oncelog-streaming")
 
 
 def run(store: str, storage: dict[str, Any], checkpoint: str) -> int:

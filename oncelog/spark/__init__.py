@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from oncelog.spark.datasource import OncelogDataSource
 
-__all__ = ["register", "OncelogDataSource"]
+__all__ = ["register", "local_session", "OncelogDataSource"]
 
 
 def register(spark: SparkSession) -> None:
@@ -34,6 +34,44 @@ def register(spark: SparkSession) -> None:
     from oncelog.spark.datasource import OncelogDataSource
 
     spark.dataSource.register(OncelogDataSource)
+
+
+def local_session(
+    app_name: str = "oncelog", master: str = "local[2]", **conf: str
+) -> tuple[SparkSession, bool]:
+    """The active SparkSession, or a new local one on the loopback interface whose
+    workers run this interpreter, with the `oncelog` format registered.
+
+    Returns the session and whether it was started here (then the caller stops it).
+    `conf` adds Spark settings (dots spelled as underscores are not translated: pass
+    `**{"spark.sql.session.timeZone": "UTC"}`).
+    """
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        register(active)
+        return active, False
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark, True
 
 
 def __getattr__(name: str) -> Any:

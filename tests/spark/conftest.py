@@ -16,28 +16,17 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must run this venv's interpreter
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
+    from oncelog.spark import local_session
 
-    from oncelog.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("oncelog-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
+    session, started = local_session(
+        "oncelog-tests",
+        "local[2,2]",
+        **{"spark.default.parallelism": "2", "spark.sql.session.timeZone": "UTC"},
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
     try:
         yield session
     finally:
-        session.stop()
+        if started:
+            session.stop()
