@@ -15,7 +15,6 @@ publishes keyed orders and checks each landed in the partition its key maps to.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from collections import Counter
@@ -25,6 +24,7 @@ from oncelog.mapping import modulo, rendezvous
 from oncelog.message import JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
+from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 PREFIX = "examples/orders"
@@ -111,16 +111,13 @@ def run(store: str, options: dict, keys_count: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=None, help="fsspec URL or directory (default: temp dir)")
-    parser.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "-o", "--storage-option", action="append", default=[], type=storage_option_arg,
+        metavar="KEY=VALUE",
+    )
     parser.add_argument("--keys", type=int, default=10_000)
     args = parser.parse_args(argv)
-    options = {}
-    for item in args.storage_option:
-        name, _, value = item.partition("=")
-        try:
-            options[name] = json.loads(value)
-        except ValueError:
-            options[name] = value
+    options = dict(args.storage_option)
     if args.store is None:
         with tempfile.TemporaryDirectory(prefix="oncelog-partitioning-") as tmp:
             return run(tmp, options, args.keys)

@@ -13,7 +13,6 @@ event of this run is there exactly once and that each user's events share a part
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import uuid
@@ -24,6 +23,7 @@ from oncelog.mapping import PolledList, modulo, rendezvous
 from oncelog.message import JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
+from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 SELECTOR = "app=clicks, role=events"
@@ -65,18 +65,15 @@ class ClickService:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=None, help="fsspec URL or directory (default: temp dir)")
-    parser.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "-o", "--storage-option", action="append", default=[], type=storage_option_arg,
+        metavar="KEY=VALUE",
+    )
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--mapping", choices=["modulo", "rendezvous"], default="rendezvous")
     args = parser.parse_args(argv)
-    options = {}
-    for item in args.storage_option:
-        key, _, value = item.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
+    options = dict(args.storage_option)
     if args.store is None:
         with tempfile.TemporaryDirectory(prefix="oncelog-publisher-service-") as tmp:
             return run_service(tmp, options, args)

@@ -27,6 +27,7 @@ import fsspec
 from oncelog.journal import JournalClient, JournalNotFound, JournalSpec, open_journals
 from oncelog.message import Flags, build_uuid, clock_from_unix_ns
 from oncelog.reading import read_committed, read_uncommitted
+from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 JOURNAL = "examples/gazette/events"
@@ -132,15 +133,12 @@ def run(store: str, options: dict[str, Any]) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=None, help="fsspec URL or directory (default: temp dir)")
-    parser.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "-o", "--storage-option", action="append", default=[], type=storage_option_arg,
+        metavar="KEY=VALUE",
+    )
     args = parser.parse_args(argv)
-    options: dict[str, Any] = {}
-    for item in args.storage_option:
-        name, _, value = item.partition("=")
-        try:
-            options[name] = json.loads(value)
-        except ValueError:
-            options[name] = value
+    options = dict(args.storage_option)
     if args.store is None:
         with tempfile.TemporaryDirectory(prefix="oncelog-gazette-") as tmp:
             return run(tmp, options)

@@ -11,7 +11,6 @@ own checkpoints and its own output journal. Then the group's position and lag.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from oncelog.mapping import PolledList, rendezvous
 from oncelog.message import Envelope, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
+from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 PARTITIONS = 6
@@ -102,15 +102,12 @@ def run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", help="fsspec URL (default: a temporary directory)")
-    parser.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "-o", "--storage-option", action="append", default=[], type=storage_option_arg,
+        metavar="KEY=VALUE",
+    )
     args = parser.parse_args(argv)
-    options = {}
-    for item in args.storage_option:
-        key, _, value = item.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
+    options = dict(args.storage_option)
     with tempfile.TemporaryDirectory(prefix="oncelog-shards-") as tmp:
         with open_journals(args.store or tmp, **options) as client:
             prefix = f"colors-{random.randrange(16**6):06x}"

@@ -25,6 +25,7 @@ from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_jour
 from oncelog.message import JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
+from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 CLICKS = [f"clickstream/part-{i:03d}" for i in range(2)]
@@ -139,17 +140,14 @@ def run(store: str, storage: dict[str, Any], checkpoint: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=None, help="fsspec URL or directory (default: temp dir)")
-    parser.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "-o", "--storage-option", action="append", default=[], type=storage_option_arg,
+        metavar="KEY=VALUE",
+    )
     parser.add_argument("--checkpoint", default=None,
                         help="the query's Spark checkpoint directory (default: in a temp dir)")
     args = parser.parse_args(argv)
-    storage: dict[str, Any] = {}
-    for item in args.storage_option:
-        name, _, value = item.partition("=")
-        try:
-            storage[name] = json.loads(value)
-        except ValueError:
-            storage[name] = value
+    storage = dict(args.storage_option)
     with tempfile.TemporaryDirectory(prefix="oncelog-spark-streaming-") as tmp:
         store = args.store or os.path.join(tmp, "store")
         checkpoint = args.checkpoint or os.path.join(tmp, "checkpoint")

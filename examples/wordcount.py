@@ -10,7 +10,6 @@ store and the second run only counts what was added since.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_jour
 from oncelog.message import Envelope, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
+from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 SENTENCES = "examples/wordcount/sentences"
@@ -88,16 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_store = os.path.join(tempfile.gettempdir(), "oncelog-wordcount-example")
     parser.add_argument("--store", default=default_store, help="fsspec URL or local directory")
-    parser.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "-o", "--storage-option", action="append", default=[], type=storage_option_arg,
+        metavar="KEY=VALUE",
+    )
     parser.add_argument("sentences", nargs="*", default=["the cat sat", "the cat sat on the mat"])
     args = parser.parse_args(argv)
-    options = {}
-    for item in args.storage_option:
-        key, _, value = item.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
+    options = dict(args.storage_option)
     with open_journals(args.store, **options) as client:
         create_journals(client)
         produce(client, args.sentences)

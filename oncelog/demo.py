@@ -14,7 +14,6 @@ s3fs options from the environment or `-o`) works too. Exits 1 if the totals diff
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import sys
@@ -22,9 +21,10 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from oncelog.consumer import Consumer, FencedOut, Transaction
+from oncelog.options import storage_option_arg
 from oncelog.journal import JournalClient, JournalSpec, open_journals
 from oncelog.message import Envelope, Flags, JSONMessage
 from oncelog.publisher import Publisher
@@ -191,16 +191,6 @@ def run_demo(client: JournalClient, *, seed: int = 2024, out: TextIO | None = No
     return result
 
 
-def _storage_option(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; 0 if the totals match, 1 if not."""
     parser = argparse.ArgumentParser(
@@ -210,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--store", help="fsspec URL of the journal store (default: a temporary directory)"
     )
     parser.add_argument(
-        "-o", "--storage-option", action="append", type=_storage_option, default=[],
+        "-o", "--storage-option", action="append", type=storage_option_arg, default=[],
         metavar="KEY=VALUE", help="an option for the store's filesystem (JSON values allowed)",
     )
     parser.add_argument("--seed", type=int, default=2024, help="seed of the producer's choices")

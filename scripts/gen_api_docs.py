@@ -35,6 +35,7 @@ MODULES: tuple[tuple[str, str], ...] = (
     ("oncelog.consumer", "exactly-once consumers and consumer groups"),
     ("oncelog.testing", "hypothesis strategies, reference model, checks for users' tests"),
     ("oncelog.spark", "the PySpark data source"),
+    ("oncelog.options", "argument parsing shared by the demo and examples (`-o KEY=VALUE`)"),
     ("oncelog.cli", "the `oncelog` command line (console script `oncelog = oncelog.cli:main`)"),
 )
 

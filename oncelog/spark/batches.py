@@ -151,30 +151,18 @@ class RangeDecoder:
                 yield batch
             return
         pending = bytearray()
-        base = pos = begin
-        reader = self.client.read(self.journal, begin)
-        try:
-            while pos < end:
-                data = reader.read(min(self.chunk_bytes, end - pos))
-                if not data:
-                    raise BadMessage(
-                        f"journal {self.journal!r} ends at offset {pos}, before the planned "
-                        f"end {end}"
-                    )
-                pos += len(data)
-                pending += data
-                final = pos >= end
-                result = self.framing.decode(
-                    pending, journal=self.journal, base=base, final=final,
-                    new_message=self.new_message,
-                )
-                if result.envelopes:
-                    chunk = bytes(pending[: result.consumed])
-                    yield self._build(chunk, base, result.envelopes, keep_envelopes, ids_only)
-                del pending[: result.consumed]
-                base = result.next_offset
-        finally:
-            reader.close()
+        base = begin
+        for data, pos in self._read_range(begin, end):
+            pending += data
+            result = self.framing.decode(
+                pending, journal=self.journal, base=base, final=pos >= end,
+                new_message=self.new_message,
+            )
+            if result.envelopes:
+                chunk = bytes(pending[: result.consumed])
+                yield self._build(chunk, base, result.envelopes, keep_envelopes, ids_only)
+            del pending[: result.consumed]
+            base = result.next_offset
 
     def ids(
         self, begin: int, end: int
@@ -208,6 +196,16 @@ class RangeDecoder:
     def _line_chunks(self, begin: int, end: int) -> Iterator[tuple[bytes, int]]:
         """Chunks of `[begin, end)` cut after a newline (the last may end without one)."""
         pending = b""
+        for data, pos in self._read_range(begin, end):
+            pending += data
+            cut = len(pending) if pos >= end else pending.rfind(b"\n") + 1
+            if cut:
+                yield pending[:cut], pos - len(pending)
+                pending = pending[cut:]
+
+    def _read_range(self, begin: int, end: int) -> Iterator[tuple[bytes, int]]:
+        """The bytes of `[begin, end)` in chunks, each with the offset just after it; a
+        journal ending before `end` is a BadMessage (the plan promised those bytes)."""
         pos = begin
         reader = self.client.read(self.journal, begin)
         try:
@@ -219,11 +217,7 @@ class RangeDecoder:
                         f"end {end}"
                     )
                 pos += len(data)
-                pending += data
-                cut = len(pending) if pos >= end else pending.rfind(b"\n") + 1
-                if cut:
-                    yield pending[:cut], pos - len(pending)
-                    pending = pending[cut:]
+                yield data, pos
         finally:
             reader.close()
 
