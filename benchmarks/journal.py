@@ -1,8 +1,10 @@
 """Journal append and read throughput against raw file I/O on the same filesystem.
 
 Appends N MB in 1 KiB appends (an AsyncAppend per record, group commit, one flush at the
-end, fragments of up to 64 MiB: `--length`), then reads it back with a fresh client in 1 MiB
-reads, on local disk and on an S3 test server (moto, started in a child process). Baselines,
+end, fragments of up to 64 MiB: `--length`), appends the same records again in calls of
+1,000 records (`start_append_many`, one flush at the end), then reads the first journal back
+with a fresh client in 1 MiB reads, on local disk and on an S3 test server (moto, started in
+a child process). Baselines,
 measured in the same run: writing one plain file of the same bytes (local: write + fsync;
 S3: one PUT / multipart upload) and reading it back. Each oncelog figure is printed beside
 its baseline as a ratio.
@@ -36,6 +38,7 @@ from oncelog.journal import FragmentSpec, JournalClient, JournalSpec, open_journ
 
 RECORD = 1024
 READ_SIZE = 1 << 20
+MANY = 1000  # records per start_append_many call
 
 
 def make_records(total_mb: int) -> tuple[list[bytes], bytes]:
@@ -64,6 +67,16 @@ def append_all(
         aa = start_append(journal)
         aa.write(rec)
         aa.release()
+    if flush:
+        client.flush()
+
+
+def append_many_all(
+    client: JournalClient, journal: str, calls: list[list[bytes]], flush: bool = True
+) -> None:
+    start_append_many = client.start_append_many
+    for records in calls:
+        start_append_many(journal, records)
     if flush:
         client.flush()
 
@@ -206,6 +219,19 @@ class Suite:
         fragments = writer.fragments("bench/part-000")
         writer.close()
 
+        calls = [records[i : i + MANY] for i in range(0, len(records), MANY)]
+        batch_writer = open_journals(self.url, **self.options)
+        batch_writer.create(JournalSpec("bench/many-000", fragment=self.spec))
+        start = time.perf_counter()
+        append_many_all(batch_writer, "bench/many-000", calls, flush=False)
+        t_many_loop = time.perf_counter() - start
+        batch_writer.flush()
+        t_many = time.perf_counter() - start
+        many_fragments = batch_writer.fragments("bench/many-000")
+        if batch_writer.head("bench/many-000") != len(data):
+            raise SystemExit("append_many: the journal's head is not the bytes appended")
+        batch_writer.close()
+
         reader = open_journals(self.url, **self.options)  # cold: reads claims from the store
         t_read = timed(lambda: read_all(reader, "bench/part-000", len(data)))
         reader.close()
@@ -221,6 +247,17 @@ class Suite:
                 note=f"{len(fragments)} fragments of up to {self.spec.length >> 20} MiB; "
                 f"appending took {t_loop:.2f} s, "
                 f"the last fragment {t_append - t_loop:.2f} s more",
+            ),
+            Row(
+                self.label,
+                f"append_many {len(calls)} calls x {MANY} x 1 KiB, async + flush",
+                mb / t_many,
+                baseline_name=self.write_baseline,
+                baseline=mb / t_raw_write,
+                target=0.5,
+                note=f"start_append_many per {MANY} records, one flush; "
+                f"{len(many_fragments)} fragments; appending took {t_many_loop:.2f} s, "
+                f"the last fragment {t_many - t_many_loop:.2f} s more",
             ),
             Row(
                 self.label,
@@ -286,10 +323,10 @@ def best_of(repeat: int, run: Callable[[], list[Row]]) -> list[Row]:
 
 
 def print_rows(rows: list[Row]) -> None:
-    head = f"{'backend':<10} {'operation':<40} {'oncelog':>16} {'baseline':<18} {'raw':>10}"
+    head = f"{'backend':<10} {'operation':<46} {'oncelog':>16} {'baseline':<18} {'raw':>10}"
     print(head + f" {'ratio':>7} {'target':>7}")
     for r in rows:
-        line = f"{r.backend:<10} {r.operation:<40} {r.value:>6.0f} {r.unit:<9}"
+        line = f"{r.backend:<10} {r.operation:<46} {r.value:>6.0f} {r.unit:<9}"
         if r.baseline is not None and r.target is not None:
             ratio = r.value / r.baseline
             verdict = "ok" if ratio >= r.target else "below"

@@ -311,8 +311,8 @@ def prime_ids(envelopes: list["Envelope"]) -> None:
     message types, nil or non-canonical UUIDs) is left to parse lazily, one envelope
     at a time.
     """
-    if not envelopes:
-        return
+    if not envelopes or (envelopes[0]._ids is not None and envelopes[-1]._ids is not None):
+        return  # empty, or parsed already (the C decoder parses UUIDs as it decodes)
     first = envelopes[0].message
     if type(first) is not JSONMessage:
         return

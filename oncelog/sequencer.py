@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from oncelog import _native
 from oncelog.message import PRODUCER_ID_LEN, Envelope, Flags
 
 __all__ = [
@@ -620,6 +621,9 @@ class Sequencer:
         """
         if self._emit is not None:
             self._raise_busy("sequence")
+        native = _native.speedups
+        if native is not None and type(self) is Sequencer:
+            return native.Sequence(self, envelopes, replay, acks)  # the same loop, in C
         return self._sequence(envelopes, replay, acks)
 
     def _sequence(
@@ -761,21 +765,29 @@ class Sequencer:
 
             # Everything else: nil UUIDs, new producers, ACK_EMPTY, replays,
             # rollbacks below the last ACK, unknown flags, mixed OUTSIDE_TXN.
-            outcome = self.queue_uncommitted(env)  # (its eviction is now a no-op)
+            yield from self._sequence_one(env, replay, acks)
             head = self._head
-            if self._emit is None:
+
+    def _sequence_one(
+        self, env: Envelope, replay: ReplayFunc | None, acks: bool
+    ) -> Iterator[Envelope]:
+        """`queue_uncommitted(env)`, then what it commits, a `step()` at a time: the
+        uncommon outcomes of `sequence()` (the C loop hands them here too)."""
+        outcome = self.queue_uncommitted(env)  # (an eviction at head is done already)
+        if self._emit is None:
+            return
+        if outcome is _ACK_COMMIT_REPLAY:
+            j, begin, end = self.replay_range()
+            if replay is None:
+                raise ReplayRequired(j, begin, end)
+            self._replay_it = iter(replay(j, begin, end))
+        ack = Flags.ACK_TXN
+        while (committed := self.step()) is not None:
+            if not acks and (committed._ids or committed.ids)[2] is ack:
                 continue
-            if outcome is _ACK_COMMIT_REPLAY:
-                j, begin, end = self.replay_range()
-                if replay is None:
-                    raise ReplayRequired(j, begin, end)
-                self._replay_it = iter(replay(j, begin, end))
-            while (committed := self.step()) is not None:
-                if not acks and (committed._ids or committed.ids)[2] is ack:
-                    continue
-                yield committed
-                if self._dequeued is not committed:
-                    self._raise_interfered()
+            yield committed
+            if self._dequeued is not committed:
+                self._raise_interfered()
 
     def _raise_interfered(self) -> None:
         raise SequencerError(
@@ -804,3 +816,7 @@ class Sequencer:
             f"Sequencer(buffer={self._size}, producers={n}, pending={len(self._pending)},"
             f" stepping={self._emit is not None})"
         )
+
+
+if _native.speedups is not None:
+    _native.speedups.configure_sequencer(Sequencer, _Partial, Flags.ACK_TXN)

@@ -11,8 +11,10 @@ if [ ! -x "$venv/bin/python" ]; then
     "$py" -m venv "$venv" >&2
 fi
 stamp="$venv/.oncelog-installed-${extras:-base}"
-# Reinstall only when pyproject.toml changed since the last install of these extras.
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# Reinstall only when the build inputs (pyproject.toml, setup.py, the C speed-ups) changed
+# since the last install of these extras.
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+    || [ oncelog/_speedups.c -nt "$stamp" ]; then
     spec="."
     [ -n "$extras" ] && spec=".[$extras]"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$spec" >&2

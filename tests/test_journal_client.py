@@ -704,3 +704,41 @@ def test_a_cold_reader_verifies_the_next_fragments_while_reading_the_first(
     with reader.read("ahead") as r:
         assert r.read() == b"".join(parts)
     assert overlapped == [True]
+
+
+def test_a_forked_child_reads_and_appends_with_its_own_threads(local_store: Any) -> None:
+    """Threads are not inherited across fork: a child using its parent's client starts its
+    own read-ahead pool and writer threads, and never writes bytes the parent spooled."""
+    import multiprocessing
+
+    client = local_store.open()
+    client.create(JournalSpec("fork/read", fragment=FragmentSpec(length=1)))
+    parts = [bytes([65 + i]) * 100 for i in range(12)]
+    for part in parts:
+        client.append("fork/read", part)  # one fragment each: read-ahead runs on the pool
+    assert client.read("fork/read").read() == b"".join(parts)
+    assert client._executor is not None  # the parent's pool, with idle threads
+    client.create(JournalSpec("fork/append", fragment=FragmentSpec(flush_interval=3600)))
+    pending = client.start_append("fork/append")
+    pending.write(b"parent\n")
+    pending.release()  # spooled in the parent, not yet written
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_use_client_in_child, args=(client, b"".join(parts)))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    assert child.exitcode == 0
+    client.flush()
+    assert pending.result().end - pending.result().begin == 7
+    content = local_store.open().read("fork/append").read()
+    assert sorted(content.splitlines(keepends=True)) == [b"child\n", b"parent\n"]
+    client.close()
+
+
+def _use_client_in_child(client: JournalClient, expected: bytes) -> None:
+    assert client._executor is None and client._appenders == {}
+    assert client.read("fork/read").read() == expected
+    assert client.append("fork/append", b"child\n").end == 6
+    client.close()

@@ -15,11 +15,14 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncelog.message import NIL_UUID, Envelope, Flags, JSONMessage, build_uuid
 from oncelog.sequencer import QueueOutcome, Sequencer
+
+from speedups_support import MODES, speedups_mode
 
 CONT, ACK, OUT = Flags.CONTINUE_TXN, Flags.ACK_TXN, Flags.OUTSIDE_TXN
 
@@ -245,6 +248,7 @@ def check_read_committed(history: History, output: list[Envelope]) -> None:
             last[key] = e.clock
 
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     history=histories(),
@@ -252,21 +256,25 @@ def check_read_committed(history: History, output: list[Envelope]) -> None:
     crash_at=st.frozensets(st.integers(1, 50), min_size=1, max_size=4),
     processed=st.booleans(),
 )
-def test_read_committed_matches_reference_model(history, buffer, crash_at, processed):
+def test_read_committed_matches_reference_model(history, buffer, crash_at, processed, mode):
     output, final, checkpoints, pending = run(history, buffer, crash_at, "call", processed)
     check_read_committed(history, output)
 
-    # sequence() is the same machine, step for step, crash for crash.
-    output2, final2, checkpoints2, pending2 = run(history, buffer, crash_at, "sequence", processed)
+    # sequence() is the same machine, step for step, crash for crash (in C and in Python).
+    with speedups_mode(mode):
+        output2, final2, checkpoints2, pending2 = run(
+            history, buffer, crash_at, "sequence", processed
+        )
     assert [id(e) for e in output2] == [id(e) for e in output]
     assert checkpoints2 == checkpoints
     assert final2 == final
     assert pending2 == pending
 
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=100, deadline=None)
 @given(history=histories(), buffer=st.one_of(st.integers(0, 6), st.just(64)))
-def test_committed_batch_equals_per_call(history, buffer):
+def test_committed_batch_equals_per_call(history, buffer, mode):
     replay = replayer(history)
     one = Sequencer(buffer=buffer)
     expect = []
@@ -278,8 +286,9 @@ def test_committed_batch_equals_per_call(history, buffer):
     batch = Sequencer(buffer=buffer)
     # In two batches, to cross a batch boundary too.
     half = len(history.envelopes) // 2
-    got = batch.committed(history.envelopes[:half], replay)
-    got += batch.committed(history.envelopes[half:], replay)
+    with speedups_mode(mode):
+        got = batch.committed(history.envelopes[:half], replay)
+        got += batch.committed(history.envelopes[half:], replay)
     assert [id(e) for e in got] == [id(e) for e in expect]
     assert batch.checkpoint() == one.checkpoint()
     check_read_committed(history, got)

@@ -5,7 +5,7 @@ spooled, written as content-named fragments and claimed with create-only-if-abse
 so many writers on many machines append safely without a broker. See docs/storage.md.
 """
 
-from oncelog.journal.appender import AppendResult, AsyncAppend
+from oncelog.journal.appender import AppendResult, AsyncAppend, AsyncAppendMany
 from oncelog.journal.client import DEFAULT_GC_GRACE, JournalClient, open_journals
 from oncelog.journal.errors import (
     AppendFailed,
@@ -40,6 +40,7 @@ __all__ = [
     "Claim",
     "AppendResult",
     "AsyncAppend",
+    "AsyncAppendMany",
     "JournalReader",
     "parse_content_name",
     "validate_journal_name",

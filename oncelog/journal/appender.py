@@ -5,6 +5,8 @@ the appender's write lock from `start_append` to `release`, so its bytes are con
 land in one fragment. Released appends accumulate in the open batch while the previous batch
 is being written (group commit); a batch is sealed when it reaches FragmentSpec.length, when
 the writer is free (flush_interval 0), after flush_interval, or when someone waits for it.
+`start_append_many` spools many records under one hold of the lock, a run of whole records
+per batch with one copy, and gives each record the offsets single appends would have had.
 
 Writing a batch: SHA1 and compress its bytes, store the fragment under its content name at
 the known head, then create the claim of that offset only if absent. A lost claim means
@@ -20,8 +22,11 @@ import random
 import threading
 import time
 import uuid
+from bisect import bisect_left
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
 from time import monotonic as _monotonic
 from types import TracebackType
 from typing import Any, Callable
@@ -33,7 +38,7 @@ from oncelog.journal.spec import FragmentSpec
 from oncelog.journal.backends import StagedFile
 from oncelog.journal.store import Claim, FragmentStore
 
-__all__ = ["AppendResult", "AsyncAppend", "Appender"]
+__all__ = ["AppendResult", "AsyncAppend", "AsyncAppendMany", "Appender"]
 
 _IDLE_EXIT = 5.0  # seconds an idle writer thread lingers before exiting
 _MIN_PENDING_LIMIT = 16 << 20
@@ -53,11 +58,11 @@ class AppendResult:
 class _Batch:
     """Bytes of the appends that will share one fragment."""
 
-    __slots__ = ("buf", "appends", "created", "event", "base", "error", "sealed")
+    __slots__ = ("buf", "used", "created", "event", "base", "error", "sealed")
 
     def __init__(self) -> None:
         self.buf = bytearray()
-        self.appends = 0
+        self.used = False  # whether an append was released into it (it may hold 0 bytes)
         self.created = 0.0
         self.event = threading.Event()
         self.base = 0
@@ -97,12 +102,11 @@ class AsyncAppend:
     `result`. Between `start_append` and `release` it holds the journal's write lock, so keep
     that span short and release from the thread that started it."""
 
-    __slots__ = ("_appender", "_batch", "_buf", "_begin", "_end")
+    __slots__ = ("_appender", "_batch", "_begin", "_end")
 
     def __init__(self, appender: Appender, batch: _Batch, begin: int) -> None:
         self._appender = appender
         self._batch = batch
-        self._buf = batch.buf
         self._begin = begin
         self._end = _OPEN
 
@@ -114,27 +118,30 @@ class AsyncAppend:
         """Add bytes to this append; returns their count."""
         if self._end != _OPEN:
             raise JournalError(f"write to an append of journal {self.journal!r} already released")
-        self._buf += data
+        self._batch.buf += data
         return len(data)
 
     def release(self) -> None:
         """Finish writing: the append is queued for its fragment and the lock is let go."""
-        if self._end != _OPEN:
-            raise JournalError(f"append to journal {self.journal!r} released twice")
         # The hot path of every append: kept inline, touching as little as possible.
         batch = self._batch
-        self._end = len(self._buf)
+        if self._end != _OPEN:
+            raise JournalError(f"append to journal {self.journal!r} released twice")
+        self._end = len(batch.buf)
         appender = self._appender
-        appends = batch.appends
-        if not appends:
-            batch.created = _monotonic()
-        batch.appends = appends + 1
+        if batch.used:
+            if appender._seal_requested:
+                appender._hand_over()
+            else:
+                appender._write_lock.release()
+            return
+        batch.used = True  # the batch's first append: its flush_interval starts now
+        batch.created = _monotonic()
         if appender._seal_requested:
             appender._hand_over()
             return
         appender._write_lock.release()
-        if not appends:
-            appender._wake()
+        appender._wake()
 
     def abort(self) -> None:
         """Drop the bytes written so far and let the lock go; `result()` then raises."""
@@ -184,6 +191,116 @@ class AsyncAppend:
                 self.abort()
 
 
+class AsyncAppendMany:
+    """Many appends made by one `start_append_many` call: one per record, in order. Each
+    record is contiguous and in one fragment; `result` waits until all are durable."""
+
+    __slots__ = ("_appender", "_offsets", "_runs", "_results")
+
+    def __init__(
+        self, appender: Appender, offsets: list[int], runs: list[tuple[_Batch, int, int]]
+    ) -> None:
+        self._appender = appender
+        # Record k is bytes [offsets[k], offsets[k + 1]) of the call; a run (batch, first,
+        # at) puts records first.. (up to the next run's first) at byte `at` of `batch`.
+        self._offsets = offsets
+        self._runs = runs
+        self._results: list[AppendResult] | None = None
+
+    @property
+    def journal(self) -> str:
+        return self._appender.journal
+
+    def __len__(self) -> int:
+        """The number of records (appends) of the call."""
+        return len(self._offsets) - 1
+
+    def _batches(self) -> list[_Batch]:
+        """The batches holding the records, in write order, each once."""
+        batches: list[_Batch] = []
+        for batch, _, _ in self._runs:
+            if not batches or batches[-1] is not batch:
+                batches.append(batch)
+        return batches
+
+    def done(self) -> bool:
+        """Whether every record is durable, or one of their fragments failed."""
+        for batch in self._batches():
+            if not batch.event.is_set():
+                return False
+            if batch.error is not None:
+                return True
+        return True
+
+    def result(self, timeout: float | None = None) -> list[AppendResult]:
+        """Wait until every record is durable and return where each landed, in order.
+
+        Raises TimeoutError after `timeout` seconds and AppendFailed if a fragment holding
+        any of the records could not be written.
+        """
+        if self._results is not None:
+            return self._results
+        deadline = None if timeout is None else _monotonic() + timeout
+        asked = False
+        for batch in self._batches():
+            if not batch.event.is_set():
+                if not asked:
+                    self._appender._request_flush()
+                    asked = True
+                left = None if deadline is None else max(0.0, deadline - _monotonic())
+                if not batch.event.wait(left):
+                    raise TimeoutError(
+                        f"{len(self)} appends to journal {self.journal!r} not durable "
+                        f"after {timeout} s"
+                    )
+            if batch.error is not None:
+                raise batch.error
+        self._results = self._build_results()
+        return self._results
+
+    def _build_results(self) -> list[AppendResult]:
+        # Per run: a record's journal offset is its offset in the call shifted by where the
+        # run landed (the base of its fragment, which a lost race may have moved).
+        offsets, runs, journal = self._offsets, self._runs, self.journal
+        stops = [first for _, first, _ in runs[1:]]
+        stops.append(len(offsets) - 1)
+        results: list[AppendResult] = []
+        for (batch, first, at), stop in zip(runs, stops):
+            shift = (batch.base + at - offsets[first]).__add__
+            results += map(
+                AppendResult,
+                map(shift, offsets[first:stop]),
+                map(shift, offsets[first + 1 : stop + 1]),
+                repeat(journal, stop - first),
+            )
+        return results
+
+
+def _offsets(records: list[Any] | tuple[Any, ...], joined: bytes) -> list[int]:
+    """Byte offsets of the records in their concatenation `joined` (len(records) + 1)."""
+    try:
+        offsets = list(accumulate(map(len, records), initial=0))
+        if offsets[-1] == len(joined):
+            return offsets
+    except TypeError:  # a bytes-like object without len()
+        pass
+    # len() counts items, not bytes, for memoryviews and arrays of wider items.
+    return list(accumulate((memoryview(r).nbytes for r in records), initial=0))
+
+
+def _bad_record(journal: str, records: list[Any] | tuple[Any, ...]) -> TypeError:
+    """The error for a call whose records are not all bytes-like, naming the first bad one."""
+    for index, record in enumerate(records):
+        try:
+            memoryview(record)
+        except TypeError:
+            return TypeError(
+                f"append_many to journal {journal!r}: record {index} is a "
+                f"{type(record).__name__}, not a bytes-like object; nothing was appended"
+            )
+    return TypeError(f"append_many to journal {journal!r}: records must be bytes-like")
+
+
 class Appender:
     """The appender of one journal in one process (shared by all its threads)."""
 
@@ -227,30 +344,98 @@ class Appender:
         size = len(batch.buf)
         if size < self._room:  # the hot path
             return AsyncAppend(self, batch, size)
-        return self._start_slow(batch)
+        batch = self._next_batch(batch)
+        return AsyncAppend(self, batch, len(batch.buf))
 
-    def _start_slow(self, batch: _Batch) -> AsyncAppend:
-        """start_append when the open batch is full, a seal is wanted, too many bytes wait to
-        be written, or the appender is closed. Entered holding the write lock."""
-        while True:
-            if self._closed:
+    def _next_batch(self, batch: _Batch) -> _Batch:
+        """The batch to append to when the open one is full, a seal is wanted, too many bytes
+        wait to be written, or the appender is closed. Entered and left holding the write
+        lock, which is let go while waiting for the writer and when raising."""
+        try:
+            while True:
+                if self._closed:
+                    raise JournalError(f"the appender of journal {self.journal!r} is closed")
+                with self._state:
+                    if batch.used:
+                        self._seal_locked()
+                    self._seal_requested = False
+                    self._update_room_locked()
+                    if self._sealed_bytes < self._limit:
+                        return self._open
+                # Too many bytes wait to be written: let the writer catch up (without the lock).
                 self._write_lock.release()
-                raise JournalError(f"the appender of journal {self.journal!r} is closed")
-            with self._state:
-                if batch.appends:
-                    self._seal_locked()
-                self._seal_requested = False
-                self._update_room_locked()
-                if self._sealed_bytes < self._limit:
-                    return AsyncAppend(self, self._open, 0)
-            # Too many bytes wait to be written: let the writer catch up (without the lock).
+                try:
+                    with self._state:
+                        self._state.wait_for(
+                            lambda: self._sealed_bytes < self._limit or self._closed
+                        )
+                finally:
+                    self._write_lock.acquire()
+                batch = self._open
+                if len(batch.buf) < self._room:
+                    return batch
+        except BaseException:
             self._write_lock.release()
-            with self._state:
-                self._state.wait_for(lambda: self._sealed_bytes < self._limit or self._closed)
-            self._write_lock.acquire()
+            raise
+
+    def start_append_many(self, records: Iterable[Any]) -> AsyncAppendMany:
+        """Append each record as one append, in order; see JournalClient.start_append_many.
+
+        Records are spooled in runs: as many whole records as fit the open batch go in with
+        one copy, then the batch is sealed and the next run starts a new one. The write lock
+        is held throughout, except while waiting for the writer to catch up.
+        """
+        if isinstance(records, (bytes, bytearray, memoryview, str)):
+            raise TypeError(
+                f"append_many to journal {self.journal!r} takes an iterable of records, "
+                f"not one {type(records).__name__}"
+            )
+        recs = records if isinstance(records, (list, tuple)) else list(records)
+        if not recs:
+            return AsyncAppendMany(self, [0], [])
+        try:
+            joined = b"".join(recs)  # also checks, in C, that every record is bytes-like
+        except TypeError:
+            raise _bad_record(self.journal, recs) from None
+        offsets = _offsets(recs, joined)
+        count = len(recs)
+        view = memoryview(joined)
+        runs: list[tuple[_Batch, int, int]] = []
+        first = 0
+        self._write_lock.acquire()
+        while first < count:
             batch = self._open
-            if len(batch.buf) < self._room:
-                return AsyncAppend(self, batch, len(batch.buf))
+            at = len(batch.buf)
+            room = self._room  # the writer thread may lower it meanwhile: read it once
+            if at >= room:
+                try:
+                    batch = self._next_batch(batch)
+                except JournalError as exc:  # closed meanwhile
+                    raise JournalError(
+                        f"{exc}: of {count} records, the first {first} were appended, the "
+                        "rest were not"
+                    ) from exc
+                at = len(batch.buf)
+                room = self._room
+            # Records starting before the room runs out go in; the last may cross it, as a
+            # single append would (one append is never split). At least one goes in.
+            stop = bisect_left(offsets, offsets[first] + room - at, first + 1, count)
+            try:
+                batch.buf += view[offsets[first] : offsets[stop]]
+            except BaseException:  # e.g. MemoryError: this run is not appended
+                self._write_lock.release()
+                raise
+            if not batch.used:
+                batch.used = True
+                batch.created = _monotonic()
+            runs.append((batch, first, at))
+            first = stop
+        if self._seal_requested:
+            self._hand_over()
+        else:
+            self._write_lock.release()
+            self._wake()
+        return AsyncAppendMany(self, offsets, runs)
 
     def _update_room_locked(self) -> None:
         """Recompute how far the open batch may grow before start_append takes the slow path
@@ -276,7 +461,7 @@ class Appender:
         batch = aa._batch
         del batch.buf[aa._begin :]
         aa._end = _ABORTED
-        if self._seal_requested and batch.appends:
+        if self._seal_requested and batch.used:
             with self._state:
                 self._seal_locked()
         self._write_lock.release()
@@ -290,7 +475,7 @@ class Appender:
         """Write everything released so far and wait until it is durable; raises the error
         of a failed batch."""
         with self._write_lock, self._state:
-            if self._open.appends:
+            if self._open.used:
                 self._seal_locked()
             last = self._sealed[-1] if self._sealed else self._inflight
             self._wake_locked()
@@ -337,7 +522,7 @@ class Appender:
 
     def _due_locked(self) -> bool:
         batch = self._open
-        if not batch.appends:
+        if not batch.used:
             return False
         return (
             self._interval <= 0
@@ -355,7 +540,7 @@ class Appender:
                     if self._closed:
                         self._thread = None
                         return
-                    if self._open.appends:
+                    if self._open.used:
                         timeout = max(0.0, self._open.created + self._interval - time.monotonic())
                     else:
                         timeout = _IDLE_EXIT - (time.monotonic() - idle_since)
@@ -370,7 +555,7 @@ class Appender:
                 if self._write_lock.acquire(blocking=False):
                     try:
                         with self._state:
-                            if self._open.appends:
+                            if self._open.used:
                                 self._seal_locked()
                             self._seal_requested = False
                             self._update_room_locked()

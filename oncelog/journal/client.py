@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
@@ -14,7 +16,7 @@ from typing import Any, cast
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol, url_to_fs
 
-from oncelog.journal.appender import Appender, AppendResult, AsyncAppend
+from oncelog.journal.appender import Appender, AppendResult, AsyncAppend, AsyncAppendMany
 from oncelog.journal.errors import (
     AppendNotSupported,
     InvalidObjectPath,
@@ -64,6 +66,7 @@ class JournalClient:
         self._appenders: dict[str, Appender] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
+        _LIVE_CLIENTS.add(self)
 
     # -- the store ---------------------------------------------------------------------------
 
@@ -187,6 +190,27 @@ class JournalClient:
         aa.release()
         return aa.result()
 
+    def start_append_many(
+        self, name: str, records: Iterable[bytes | bytearray | memoryview]
+    ) -> AsyncAppendMany:
+        """Append each record as one append, in order, without waiting: `.result()` gives one
+        AppendResult per record once all are durable. Every record stays whole and the
+        records of a fragment are contiguous; records of other threads land only between
+        fragments. TypeError (naming the record) if one is not bytes-like: then none is
+        appended. For bulk loads and batch publishing: far cheaper per record than
+        `start_append`."""
+        appender = self._appenders.get(name)
+        if appender is None:
+            appender = self._appender(name)
+        return appender.start_append_many(records)
+
+    def append_many(
+        self, name: str, records: Iterable[bytes | bytearray | memoryview]
+    ) -> list[AppendResult]:
+        """Append each record as one append, in order, and return where each landed, once
+        all are durable (see `start_append_many`)."""
+        return self.start_append_many(name, records).result()
+
     def flush(self) -> None:
         """Wait until every append released so far is durable (raises a failed append's error)."""
         with self._lock:
@@ -282,6 +306,16 @@ class JournalClient:
                 index = (GazetteIndex if gazette else ClaimsIndex)(self.store, name)
                 self._indexes[name] = index
             return index
+
+    def _forget_threads(self) -> None:
+        """In a forked child: drop what belongs to the parent's threads. The read-ahead pool's
+        threads and the appenders' writer threads do not exist here (an inherited pool would
+        accept work no thread runs), the locks may be held by them, and the appenders' spooled
+        bytes are the parent's to write: writing them here too would append them twice."""
+        self._lock = threading.Lock()
+        self._executor = None
+        self._appenders = {}
+        self._indexes = {}
 
     def _read_executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -396,6 +430,17 @@ class JournalClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_LIVE_CLIENTS: weakref.WeakSet[JournalClient] = weakref.WeakSet()
+
+
+def _forget_threads_after_fork() -> None:
+    for client in list(_LIVE_CLIENTS):
+        client._forget_threads()
+
+
+os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
 def _parse_spec(name: str, data: bytes) -> JournalSpec:

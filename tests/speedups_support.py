@@ -1,0 +1,26 @@
+"""Run a test on both paths: the C speed-ups (`oncelog._speedups`) and pure Python."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from oncelog import _native
+
+MODES = ["c", "pure"]
+BUILT = _native.speedups
+
+
+@contextmanager
+def speedups_mode(mode: str) -> Iterator[None]:
+    """Within the block, decoding and sequencing take the C path ("c") or pure Python ("pure")."""
+    if mode not in MODES:
+        raise ValueError(mode)
+    if mode == "c" and BUILT is None:
+        raise AssertionError("oncelog._speedups is not built (or ONCELOG_PURE_PYTHON is set)")
+    saved = _native.speedups
+    _native.speedups = BUILT if mode == "c" else None
+    try:
+        yield
+    finally:
+        _native.speedups = saved

@@ -1,0 +1,223 @@
+"""The C speed-ups (`oncelog._speedups`) against the pure-Python path they replace.
+
+Decoding and sequencing must give the same envelopes, the same parsed UUID fields,
+the same errors at the same offsets, and leave a Sequencer in the same state at
+every envelope yielded. The property tests of the sequencer and of reading run in
+both modes as well (see speedups_support).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oncelog import _native
+from oncelog.framing import FrameDecodeError, decode_stream
+from oncelog.framing.jsonlines import JSONFraming
+from oncelog.message import Envelope, Flags, JSONMessage, build_uuid, parse_uuid_fields
+from oncelog.sequencer import Sequencer, SequencerError
+
+from speedups_support import BUILT, speedups_mode
+
+
+def test_extension_is_built_and_used():
+    # The test command installs oncelog with a C compiler at hand: the fast path must be
+    # there (a silently missing extension would leave only the slow path tested and used).
+    if os.environ.get(_native.PURE_ENV, "") not in ("", "0"):
+        assert _native.speedups is None
+        return
+    assert BUILT is not None
+    env = JSONFraming().decode(b'{"uuid": "%s"}\n' % str(uuid.uuid1()).encode(), journal="j")
+    assert env.envelopes[0]._ids is not None  # parsed while decoding: the C path ran
+
+
+# --- UUID fields ---------------------------------------------------------------------------
+
+producers = st.binary(min_size=6, max_size=6)
+clocks = st.integers(1, (1 << 64) - 1)
+flag_values = st.integers(0, 0x3FF)
+
+
+@settings(max_examples=300)
+@given(producer=producers, clock=clocks, flags=flag_values, upper=st.booleans())
+def test_uuid_fields_match_python(producer, clock, flags, upper):
+    text = str(build_uuid(producer, clock, flags))
+    text = text.upper() if upper else text
+    fields = BUILT.uuid_ids(text)
+    assert fields == parse_uuid_fields(text)
+    assert fields[2] is parse_uuid_fields(text)[2]  # Flags members where one matches
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "00000000-0000-1000-8000-00000000000g",  # not hex
+        "00000000+0000-1000-8000-000000000000",  # a dash missing
+        "{00000000-0000-1000-8000-0000000000}",
+        "00000000-0000-1000-8000-0000000000000",  # too long
+        "00000000-0000-1000-8000-00000000000",  # too short
+        "00000000-0000-1000-8000-00000000000\u00e9",  # not ASCII
+        12,
+        b"0123456789abcdef",
+    ],
+)
+def test_unusual_uuid_values_are_left_to_python(value):
+    assert BUILT.uuid_ids(value) is None
+
+
+def test_missing_uuid_is_nil():
+    nil = BUILT.uuid_ids(None)
+    assert nil == (bytes(6), 0, Flags.OUTSIDE_TXN) == BUILT.uuid_ids("")
+
+
+# --- JSON lines decoding -------------------------------------------------------------------
+
+uuid_texts = st.one_of(
+    st.builds(lambda p, c, f: str(build_uuid(p, c, f)), producers, clocks, flag_values),
+    st.builds(lambda p, c, f: str(build_uuid(p, c, f)).upper(), producers, clocks, flag_values),
+    st.sampled_from(["", "not-a-uuid", "{12345678-1234-1234-1234-123456789abc}"]),
+)
+good_lines = st.builds(
+    lambda u, n, drop: orjson.dumps({"n": n} if drop else {"uuid": u, "n": n}) + b"\n",
+    uuid_texts, st.integers(-5, 5), st.booleans(),
+)
+odd_lines = st.sampled_from([
+    b'{"uuid": null}\n',
+    b'{"uuid": 7, "x": [1, {"y": 2}]}\n',
+    b'{"uuid": "%s"}\r\n' % str(uuid.UUID(int=1 << 76)).encode(),
+    b"[1, 2]\n",  # not an object
+    b"17\n",
+    b"{not json\n",
+    b"\n",
+    b'{"a": "\xff"}\n',  # not UTF-8
+])
+streams = st.lists(st.one_of(good_lines, good_lines, odd_lines), max_size=30)
+
+
+def decode_all(data: bytes, chunk: int) -> tuple[list[tuple], list[tuple]]:
+    """Every envelope (with its parsed ids) and every skipped error of a stream of `data`."""
+    errors: list[tuple] = []
+
+    def on_error(exc: FrameDecodeError) -> None:
+        errors.append((type(exc).__name__, exc.begin, exc.end, exc.data))
+
+    chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
+    out = []
+    try:
+        for env in decode_stream(JSONFraming(), chunks, journal="j/x", offset=3,
+                                 on_error=on_error):
+            try:
+                ids = env.ids
+            except ValueError as exc:  # an unparseable UUID: the same error on both paths
+                ids = str(exc)
+            out.append((env.journal, env.begin, env.end, env.message.doc, ids))
+    except FrameDecodeError as exc:  # a truncated final line is raised, not skipped
+        errors.append(("raised", type(exc).__name__, exc.begin, exc.end))
+    return out, errors
+
+
+@settings(max_examples=300)
+@given(lines=streams, tail=st.sampled_from([b"", b'{"uuid": "'], ), chunk=st.integers(1, 200))
+def test_json_decoding_matches_python(lines, tail, chunk):
+    data = b"".join(lines) + tail
+    with speedups_mode("c"):
+        fast = decode_all(data, chunk)
+    with speedups_mode("pure"):
+        slow = decode_all(data, chunk)
+    assert fast == slow
+
+
+def test_decoding_with_a_factory_takes_the_python_path():
+    line = b'{"uuid": "%s"}\n' % str(uuid.uuid1()).encode()
+    with speedups_mode("c"):
+        result = JSONFraming(new_message=lambda d: JSONMessage(d)).decode(line, journal="j")
+    assert result.envelopes[0]._ids is None  # parsed lazily, as in pure Python
+    assert result.envelopes[0].clock == parse_uuid_fields(orjson.loads(line)["uuid"])[1]
+
+
+def test_configure_rejects_classes_without_slots():
+    class Loose:
+        pass
+
+    with pytest.raises(TypeError, match="__slots__"):
+        BUILT.configure(Loose, JSONMessage, orjson.loads, tuple(range(1024)), (b"", 0, 0))
+    with pytest.raises(ValueError, match="1024"):
+        BUILT.configure(Envelope, JSONMessage, orjson.loads, (0,), (b"", 0, 0))
+
+
+# --- sequencing ----------------------------------------------------------------------------
+
+P1, P2 = b"\x01\x00\x00\x00\x00\x01", b"\x01\x00\x00\x00\x00\x02"
+
+
+def envelopes(spec: list[tuple[bytes, int, int]]) -> list[Envelope]:
+    out = []
+    for i, (producer, clock, flags) in enumerate(spec):
+        msg = JSONMessage({"uuid": str(build_uuid(producer, clock, flags)), "i": i})
+        out.append(Envelope("j", 10 * i, 10 * i + 10, msg))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["c", "pure"])
+def test_stepping_while_suspended_is_an_error(mode):
+    envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
+    seq = Sequencer(states=None)
+    with speedups_mode(mode):
+        it = seq.sequence(envs)
+        # The first message of a producer goes through queue_uncommitted + step.
+        assert next(it) is envs[0]
+        assert seq.step() is None  # steps past it behind the iterator's back
+        with pytest.raises(SequencerError, match="stepped while this iterator was suspended"):
+            next(it)
+
+
+@pytest.mark.parametrize("mode", ["c", "pure"])
+def test_checkpoint_at_each_yield_is_the_same(mode):
+    spec = [
+        (P1, 5, Flags.OUTSIDE_TXN), (P2, 7, Flags.CONTINUE_TXN), (P1, 6, Flags.OUTSIDE_TXN),
+        (P2, 8, Flags.CONTINUE_TXN), (P1, 6, Flags.OUTSIDE_TXN), (P2, 9, Flags.ACK_TXN),
+        (P2, 10, Flags.CONTINUE_TXN), (P2, 9, Flags.ACK_TXN), (P1, 0, Flags.OUTSIDE_TXN),
+    ]
+    envs = envelopes(spec)
+
+    def replay(journal: str, begin: int, end: int) -> list[Envelope]:
+        return [e for e in envs if e.begin >= begin and e.end <= end]
+
+    def run(m: str) -> list:
+        # A ring of 3: P2's transaction leaves it before its ACK and is replayed.
+        seq = Sequencer(offsets={"j": 0}, buffer=3)
+        seen = []
+        with speedups_mode(m):
+            for env in seq.sequence(envs, replay, acks=False):
+                seen.append((env.begin, seq.checkpoint(dequeued_processed=True)))
+        seen.append(seq.checkpoint())
+        return seen
+
+    assert run(mode) == run("pure")
+    # P1's 5 and 6, P2's 7 and 8 at its ACK, the duplicate and the rollback dropped, nil.
+    assert [b for b, _ in run(mode)[:-1]] == [0, 20, 10, 30, 80]
+
+
+def test_subclasses_take_the_python_path():
+    class Custom(Sequencer):
+        __slots__ = ()
+
+    envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
+    with speedups_mode("c"):
+        it = Custom().sequence(envs)
+    assert not isinstance(it, type(BUILT.Sequence(Sequencer(), [], None, True)))
+    assert list(it) == envs
+
+
+def test_closing_the_c_iterator_stops_it():
+    envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
+    with speedups_mode("c"):
+        it = Sequencer().sequence(envs)
+    assert next(it) is envs[0]
+    it.close()
+    assert list(it) == []
