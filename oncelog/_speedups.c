@@ -108,23 +108,28 @@ build(SlotClass *cls, PyObject **values)
     return obj;
 }
 
-/* Hex digit values; 0x10 marks a byte that is not a hex digit. */
-static unsigned char HEX[256];
+/* Byte values of two hex digits, indexed by the digits' two bytes (first << 8 | second);
+ * 0x100 marks a pair that is not two hex digits. */
+static unsigned short HEX2[1 << 16];
 
 static void
 init_hex(void)
 {
-    memset(HEX, 0x10, sizeof HEX);
+    signed char value[256];
+    memset(value, -1, sizeof value);
     for (int i = 0; i < 10; i++)
-        HEX['0' + i] = (unsigned char)i;
+        value['0' + i] = (signed char)i;
     for (int i = 0; i < 6; i++)
-        HEX['a' + i] = HEX['A' + i] = (unsigned char)(10 + i);
+        value['a' + i] = value['A' + i] = (signed char)(10 + i);
+    for (int hi = 0; hi < 256; hi++)
+        for (int lo = 0; lo < 256; lo++)
+            HEX2[hi << 8 | lo] = value[hi] < 0 || value[lo] < 0
+                                     ? 0x100 : (unsigned short)(value[hi] << 4 | value[lo]);
 }
 
-/* Where the 32 hex digits of a canonical UUID string are (dashes at 8, 13, 18 and 23). */
-static const unsigned char DIGIT_AT[32] = {
-    0,  1,  2,  3,  4,  5,  6,  7,  9,  10, 11, 12, 14, 15, 16, 17,
-    19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+/* Where the 16 digit pairs of a canonical UUID string start (dashes at 8, 13, 18 and 23). */
+static const unsigned char PAIR_AT[16] = {
+    0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34,
 };
 
 /* The 16 bytes of a canonical 36-character UUID string; 0 if it is not one. */
@@ -137,13 +142,14 @@ uuid_bytes(PyObject *text, unsigned char out[16])
     const unsigned char *s = PyUnicode_1BYTE_DATA(text);
     if (s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-')
         return 0;
-    unsigned char bad = 0;
+    unsigned int bad = 0;
     for (int k = 0; k < 16; k++) {
-        unsigned char hi = HEX[s[DIGIT_AT[2 * k]]], lo = HEX[s[DIGIT_AT[2 * k + 1]]];
-        bad |= hi | lo;
-        out[k] = (unsigned char)((hi << 4) | (lo & 0x0f));
+        const unsigned char *d = s + PAIR_AT[k];
+        unsigned int v = HEX2[d[0] << 8 | d[1]];
+        bad |= v;
+        out[k] = (unsigned char)v;
     }
-    return !(bad & 0x10);
+    return !(bad & 0x100);
 }
 
 static PyObject *
@@ -231,6 +237,7 @@ decode_json_lines(PyObject *self, PyObject *args)
     }
     const char *data = buf.buf;
     Py_ssize_t pos = 0;
+    PyObject *last_end = NULL;
     while (pos < limit) {
         const char *nl = memchr(data + pos, '\n', (size_t)(limit - pos));
         if (nl == NULL)
@@ -263,7 +270,9 @@ decode_json_lines(PyObject *self, PyObject *args)
             Py_DECREF(ids);
             goto error;
         }
-        PyObject *begin = PyLong_FromLongLong(base + pos);
+        /* One int object for a frame's end and the next frame's begin. */
+        PyObject *begin = last_end != NULL ? last_end : PyLong_FromLongLong(base + pos);
+        last_end = NULL;
         PyObject *end = PyLong_FromLongLong(base + stop);
         if (begin == NULL || end == NULL) {
             Py_XDECREF(begin);
@@ -272,6 +281,7 @@ decode_json_lines(PyObject *self, PyObject *args)
             Py_DECREF(ids);
             goto error;
         }
+        last_end = Py_NewRef(end);
         PyObject *env_values[5] = {Py_NewRef(journal), begin, end, msg, ids};
         PyObject *env = build(&envelope_cls, env_values);
         if (env == NULL)
@@ -282,10 +292,11 @@ decode_json_lines(PyObject *self, PyObject *args)
             goto error;
         pos = stop;
     }
+    Py_XDECREF(last_end);
     PyBuffer_Release(&buf);
-    PyObject *result = Py_BuildValue("(Nn)", out, pos);
-    return result;
+    return Py_BuildValue("(Nn)", out, pos);
 error:
+    Py_XDECREF(last_end);
     PyBuffer_Release(&buf);
     Py_DECREF(out);
     return NULL;
