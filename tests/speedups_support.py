@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from oncelog import _native
 
-MODES = ["c", "pure"]
+PURE_REQUESTED = os.environ.get(_native.PURE_ENV, "") not in ("", "0")
+"""ONCELOG_PURE_PYTHON is set: the run is about the pure-Python path only."""
+MODES = ["pure"] if PURE_REQUESTED else ["c", "pure"]
 BUILT = _native.speedups
 
 
 @contextmanager
 def speedups_mode(mode: str) -> Iterator[None]:
     """Within the block, decoding and sequencing take the C path ("c") or pure Python ("pure")."""
-    if mode not in MODES:
+    if mode not in ("c", "pure"):
         raise ValueError(mode)
     if mode == "c" and BUILT is None:
         raise AssertionError("oncelog._speedups is not built (or ONCELOG_PURE_PYTHON is set)")

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
 from oncelog.framing import CONTENT_TYPE_JSON_LINES, MalformedFrame
 from oncelog.journal import JournalClient, JournalSpec
-from oncelog.message import Clock, Flags, JSONMessage, build_uuid, clock_from_unix_ns
+from oncelog.message import Clock, Flags, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import MessageReader, read_committed, read_uncommitted, time_filter
 from oncelog.sequencer import Sequencer

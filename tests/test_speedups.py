@@ -8,7 +8,6 @@ both modes as well (see speedups_support).
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import orjson
@@ -22,13 +21,17 @@ from oncelog.framing.jsonlines import JSONFraming
 from oncelog.message import Envelope, Flags, JSONMessage, build_uuid, parse_uuid_fields
 from oncelog.sequencer import Sequencer, SequencerError
 
-from speedups_support import BUILT, speedups_mode
+from speedups_support import BUILT, PURE_REQUESTED, speedups_mode
+
+# With ONCELOG_PURE_PYTHON set (a run of the whole suite on the pure-Python path), only
+# the first test applies; the test command runs them all.
+needs_c = pytest.mark.skipif(PURE_REQUESTED, reason="ONCELOG_PURE_PYTHON is set")
 
 
 def test_extension_is_built_and_used():
     # The test command installs oncelog with a C compiler at hand: the fast path must be
     # there (a silently missing extension would leave only the slow path tested and used).
-    if os.environ.get(_native.PURE_ENV, "") not in ("", "0"):
+    if PURE_REQUESTED:
         assert _native.speedups is None
         return
     assert BUILT is not None
@@ -43,6 +46,7 @@ clocks = st.integers(1, (1 << 64) - 1)
 flag_values = st.integers(0, 0x3FF)
 
 
+@needs_c
 @settings(max_examples=300)
 @given(producer=producers, clock=clocks, flags=flag_values, upper=st.booleans())
 def test_uuid_fields_match_python(producer, clock, flags, upper):
@@ -66,10 +70,12 @@ def test_uuid_fields_match_python(producer, clock, flags, upper):
         b"0123456789abcdef",
     ],
 )
+@needs_c
 def test_unusual_uuid_values_are_left_to_python(value):
     assert BUILT.uuid_ids(value) is None
 
 
+@needs_c
 def test_missing_uuid_is_nil():
     nil = BUILT.uuid_ids(None)
     assert nil == (bytes(6), 0, Flags.OUTSIDE_TXN) == BUILT.uuid_ids("")
@@ -121,6 +127,7 @@ def decode_all(data: bytes, chunk: int) -> tuple[list[tuple], list[tuple]]:
     return out, errors
 
 
+@needs_c
 @settings(max_examples=300)
 @given(lines=streams, tail=st.sampled_from([b"", b'{"uuid": "'], ), chunk=st.integers(1, 200))
 def test_json_decoding_matches_python(lines, tail, chunk):
@@ -132,6 +139,7 @@ def test_json_decoding_matches_python(lines, tail, chunk):
     assert fast == slow
 
 
+@needs_c
 def test_decoding_with_a_factory_takes_the_python_path():
     line = b'{"uuid": "%s"}\n' % str(uuid.uuid1()).encode()
     with speedups_mode("c"):
@@ -140,6 +148,7 @@ def test_decoding_with_a_factory_takes_the_python_path():
     assert result.envelopes[0].clock == parse_uuid_fields(orjson.loads(line)["uuid"])[1]
 
 
+@needs_c
 def test_configure_rejects_classes_without_slots():
     class Loose:
         pass
@@ -163,6 +172,7 @@ def envelopes(spec: list[tuple[bytes, int, int]]) -> list[Envelope]:
     return out
 
 
+@needs_c
 @pytest.mark.parametrize("mode", ["c", "pure"])
 def test_stepping_while_suspended_is_an_error(mode):
     envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
@@ -176,6 +186,7 @@ def test_stepping_while_suspended_is_an_error(mode):
             next(it)
 
 
+@needs_c
 @pytest.mark.parametrize("mode", ["c", "pure"])
 def test_checkpoint_at_each_yield_is_the_same(mode):
     spec = [
@@ -203,6 +214,7 @@ def test_checkpoint_at_each_yield_is_the_same(mode):
     assert [b for b, _ in run(mode)[:-1]] == [0, 20, 10, 30, 80]
 
 
+@needs_c
 def test_subclasses_take_the_python_path():
     class Custom(Sequencer):
         __slots__ = ()
@@ -214,6 +226,7 @@ def test_subclasses_take_the_python_path():
     assert list(it) == envs
 
 
+@needs_c
 def test_closing_the_c_iterator_stops_it():
     envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
     with speedups_mode("c"):
