@@ -9,7 +9,6 @@ import itertools
 import random
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -20,20 +19,16 @@ from oncelog.journal import (
     AppendFailed,
     AppendResult,
     AsyncAppendMany,
-    FragmentSpec,
     JournalClient,
     JournalError,
     JournalNotFound,
-    JournalSpec,
 )
 
-_names = itertools.count()
+import journal_support
 
 
 def new_journal(client: JournalClient, **fragment: Any) -> str:
-    name = f"many/j-{next(_names)}-{uuid.uuid4().hex[:6]}"
-    client.create(JournalSpec(name, fragment=FragmentSpec(**fragment)))
-    return name
+    return journal_support.new_journal(client, "many", **fragment)
 
 
 def records_of(sizes: list[int], seed: int, tag: bytes = b"") -> list[bytes]:

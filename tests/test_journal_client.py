@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import itertools
 import pickle
 import random
 import threading
 import time
-import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,13 +33,8 @@ from oncelog.journal import (
 )
 from oncelog.journal.store import Claim
 
-_names = itertools.count()
+from journal_support import new_journal
 
-
-def new_journal(client: JournalClient, **fragment: object) -> str:
-    name = f"t/j-{next(_names)}-{uuid.uuid4().hex[:6]}"
-    client.create(JournalSpec(name, fragment=FragmentSpec(**fragment)))  # type: ignore[arg-type]
-    return name
 
 
 def payload(rng: random.Random, tag: int, size: int) -> bytes:
