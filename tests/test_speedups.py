@@ -105,7 +105,7 @@ odd_lines = st.sampled_from([
 streams = st.lists(st.one_of(good_lines, good_lines, odd_lines), max_size=30)
 
 
-def decode_all(data: bytes, chunk: int) -> tuple[list[tuple], list[tuple]]:
+def decode_all(data: bytes, chunk: int, field: str = "uuid") -> tuple[list[tuple], list[tuple]]:
     """Every envelope (with its parsed ids) and every skipped error of a stream of `data`."""
     errors: list[tuple] = []
 
@@ -115,7 +115,7 @@ def decode_all(data: bytes, chunk: int) -> tuple[list[tuple], list[tuple]]:
     chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
     out = []
     try:
-        for env in decode_stream(JSONFraming(), chunks, journal="j/x", offset=3,
+        for env in decode_stream(JSONFraming(field), chunks, journal="j/x", offset=3,
                                  on_error=on_error):
             try:
                 ids = env.ids
@@ -129,13 +129,18 @@ def decode_all(data: bytes, chunk: int) -> tuple[list[tuple], list[tuple]]:
 
 @needs_c
 @settings(max_examples=300)
-@given(lines=streams, tail=st.sampled_from([b"", b'{"uuid": "'], ), chunk=st.integers(1, 200))
-def test_json_decoding_matches_python(lines, tail, chunk):
+@given(
+    lines=streams,
+    tail=st.sampled_from([b"", b'{"uuid": "']),
+    chunk=st.integers(1, 200),
+    field=st.sampled_from(["uuid", "n"]),  # "n": an int where the UUID should be
+)
+def test_json_decoding_matches_python(lines, tail, chunk, field):
     data = b"".join(lines) + tail
     with speedups_mode("c"):
-        fast = decode_all(data, chunk)
+        fast = decode_all(data, chunk, field)
     with speedups_mode("pure"):
-        slow = decode_all(data, chunk)
+        slow = decode_all(data, chunk, field)
     assert fast == slow
 
 
