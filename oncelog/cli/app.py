@@ -109,26 +109,33 @@ _OPTION_HELP = (
 )
 
 
-def store_options(func: F) -> F:
-    """Accept `--store` and `--storage-option` after the command name too."""
-    func = click.option(
-        "--storage-option",
-        "-o",
-        "storage_options",
-        type=STORAGE_OPTION,
-        multiple=True,
-        expose_value=False,
-        callback=_add_storage_options,
-        help=_OPTION_HELP,
-    )(func)
+def _store_option(envvar: str | None = None) -> Callable[[F], F]:
     return click.option(
         "--store",
         "-s",
         metavar="URL",
+        envvar=envvar,
         expose_value=False,
         callback=_set_store,
         help=_STORE_HELP,
-    )(func)
+    )
+
+
+_storage_option = click.option(
+    "--storage-option",
+    "-o",
+    "storage_options",
+    type=STORAGE_OPTION,
+    multiple=True,
+    expose_value=False,
+    callback=_add_storage_options,
+    help=_OPTION_HELP,
+)
+
+
+def store_options(func: F) -> F:
+    """Accept `--store` and `--storage-option` after the command name too."""
+    return _store_option()(_storage_option(func))
 
 
 class _Root(click.Group):
@@ -156,25 +163,8 @@ def _detach_stdout() -> None:
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--store",
-    "-s",
-    metavar="URL",
-    envvar=ENV_STORE,
-    expose_value=False,
-    callback=_set_store,
-    help=_STORE_HELP,
-)
-@click.option(
-    "--storage-option",
-    "-o",
-    "storage_options",
-    type=STORAGE_OPTION,
-    multiple=True,
-    expose_value=False,
-    callback=_add_storage_options,
-    help=_OPTION_HELP,
-)
+@_store_option(envvar=ENV_STORE)
+@_storage_option
 @click.option(
     "--debug",
     is_flag=True,

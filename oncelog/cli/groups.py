@@ -13,13 +13,13 @@ import click
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.journals import require_confirmation
 from oncelog.cli.output import Column, iso_time, notice, print_fields, print_table, write_json
+from oncelog.cli.params import format_option
 
 if TYPE_CHECKING:
     from oncelog.consumer import GroupStatus
 
 __all__ = ["groups", "status_doc"]
 
-FORMAT = click.Choice(["table", "json"])
 
 
 def status_doc(status: GroupStatus) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def groups() -> None:
 
 
 @groups.command("list")
-@click.option("--format", "-f", "fmt", type=FORMAT, default="table", show_default=True)
+@format_option
 @store_options
 @pass_state
 def list_groups(state: State, fmt: str) -> None:
@@ -67,7 +67,7 @@ def list_groups(state: State, fmt: str) -> None:
 
 @groups.command("show")
 @click.argument("group")
-@click.option("--format", "-f", "fmt", type=FORMAT, default="table", show_default=True)
+@format_option
 @store_options
 @pass_state
 def show(state: State, group: str, fmt: str) -> None:

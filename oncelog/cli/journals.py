@@ -10,14 +10,21 @@ import click
 
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.output import Column, notice, print_fields, print_table, progress, write_json
-from oncelog.cli.params import DURATION, LABEL, SIZE, format_duration, format_size, selector_option
+from oncelog.cli.params import (
+    DURATION,
+    LABEL,
+    SIZE,
+    format_duration,
+    format_option,
+    format_size,
+    selector_option,
+)
 
 if TYPE_CHECKING:
     from oncelog.journal import Fragment, JournalSpec
 
 __all__ = ["journals", "require_confirmation", "fragment_doc"]
 
-FORMAT = click.Choice(["table", "json"])
 _COMPRESSION_NAMES = {".raw": "none", ".gz": "gzip", ".zst": "zstd"}
 
 
@@ -144,7 +151,7 @@ def create(
     default="",
     help="Gazette label selector, e.g. 'app=web, name:prefix=logs/'.",
 )
-@click.option("--format", "-f", "fmt", type=FORMAT, default="table", show_default=True)
+@format_option
 @store_options
 @pass_state
 def list_journals(state: State, selector: str, fmt: str) -> None:
@@ -172,7 +179,7 @@ def list_journals(state: State, selector: str, fmt: str) -> None:
 
 @journals.command("describe")
 @click.argument("name")
-@click.option("--format", "-f", "fmt", type=FORMAT, default="table", show_default=True)
+@format_option
 @store_options
 @pass_state
 def describe(state: State, name: str, fmt: str) -> None:
@@ -260,7 +267,7 @@ def delete(state: State, name: str, yes: bool) -> None:
 
 @cli.command("fragments")
 @click.argument("name")
-@click.option("--format", "-f", "fmt", type=FORMAT, default="table", show_default=True)
+@format_option
 @store_options
 @pass_state
 def fragments(state: State, name: str, fmt: str) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "parse_storage_option",
     "merge_storage_option",
     "selector_option",
+    "format_option",
     "DURATION",
     "SIZE",
     "LABEL",
@@ -191,3 +192,10 @@ DURATION = _Parsed("duration", parse_duration)
 SIZE = _Parsed("size", parse_size)
 LABEL = _Parsed("name=value", parse_label)
 STORAGE_OPTION = _Parsed("key=value", parse_storage_option)
+
+
+format_option = click.option(
+    "--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table",
+    show_default=True,
+)
+"""`--format table|json` of the commands that list or describe things."""
