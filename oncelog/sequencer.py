@@ -365,17 +365,7 @@ class Sequencer:
                 self._pending.add(p)
             else:
                 outcome = _CONTINUE_EXTEND_SPAN
-            # Add at the head of the ring, linked after the span's last entry.
-            self._ring[head] = env
-            self._next[head] = -1
-            self._owner[head] = p
-            if p.ring_stop == -1:
-                p.ring_start = head
-            else:
-                self._next[p.ring_stop] = head
-            p.ring_stop = head
-            head += 1
-            self._head = 0 if head == self._size else head
+            self._add_at_head(env, p)  # linked after the span's last entry
             p.max_clock = clock
             self._offsets[journal] = env.end
             return outcome
@@ -452,6 +442,7 @@ class Sequencer:
             p.ring_start = nxt
 
     def _add_at_head(self, env: Envelope, p: _Partial) -> None:
+        """Put `env` in the ring slot at the head, linked after `p`'s last entry there."""
         head = self._head
         self._ring[head] = env
         self._next[head] = -1
