@@ -216,8 +216,9 @@ def _messages(messages: Sequence[WriterCommitMessage | None]) -> list[TaskCommit
     return [m for m in messages if isinstance(m, TaskCommit)]
 
 
-class OncelogBatchWriter(DataSourceArrowWriter):
-    """`df.write.format("oncelog")`: tasks publish uncommitted, the job commit acknowledges."""
+class _PublishingWriter:
+    """What the batch and stream writers share: checked options, and tasks that publish
+    their rows uncommitted."""
 
     def __init__(
         self, options: WriteOptions, schema: StructType, targets: list[JournalSpec]
@@ -230,6 +231,10 @@ class OncelogBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         return _TaskPublisher(self.options, self.schema.names, self.targets).publish(iterator)
 
+
+class OncelogBatchWriter(_PublishingWriter, DataSourceArrowWriter):
+    """`df.write.format("oncelog")`: tasks publish uncommitted, the job commit acknowledges."""
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         with self.options.store.open() as client:
             append_intents(client, [a for m in _messages(messages) for a in m.acks])
@@ -239,7 +244,7 @@ class OncelogBatchWriter(DataSourceArrowWriter):
             append_intents(client, [r for m in _messages(messages) for r in m.rollbacks])
 
 
-class OncelogStreamWriter(DataSourceStreamArrowWriter):
+class OncelogStreamWriter(_PublishingWriter, DataSourceStreamArrowWriter):
     """`df.writeStream.format("oncelog")`: the batch writer's protocol per micro-batch, with
     each committed batch id recorded so a replayed micro-batch is not committed twice."""
 
@@ -251,13 +256,7 @@ class OncelogStreamWriter(DataSourceStreamArrowWriter):
                 "option 'writer_id' is required for streaming writes: a stable name of this "
                 "query's output, under which committed micro-batches are recorded"
             )
-        _check_key(options, schema)
-        self.options = options
-        self.schema = schema
-        self.targets = targets
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
-        return _TaskPublisher(self.options, self.schema.names, self.targets).publish(iterator)
+        super().__init__(options, schema, targets)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tasks = _messages(messages)
