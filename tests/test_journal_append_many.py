@@ -31,6 +31,20 @@ def new_journal(client: JournalClient, **fragment: Any) -> str:
     return journal_support.new_journal(client, "many", **fragment)
 
 
+def hold_writes(client: JournalClient) -> threading.Event:
+    """Make the client's store hold every object write until the returned event is set."""
+    backend = client.store.backend
+    gate = threading.Event()
+    original = backend.write
+
+    def held(path: str, data: Any) -> None:
+        assert gate.wait(30)
+        original(path, data)
+
+    backend.write = held  # type: ignore[method-assign]
+    return gate
+
+
 def records_of(sizes: list[int], seed: int, tag: bytes = b"") -> list[bytes]:
     """Distinct records of the given sizes (content recomputable from the seed)."""
     rng = random.Random(seed)
@@ -235,15 +249,7 @@ def test_result_times_out_while_the_write_is_stuck(memory_store: Any) -> None:
     client = memory_store.open()
     name = new_journal(client)
     client.append(name, b"loaded")  # the index is loaded: the next write is the fragment's
-    backend = client.store.backend
-    gate = threading.Event()
-    original = backend.write
-
-    def stuck(path: str, data: Any) -> None:
-        assert gate.wait(30)
-        original(path, data)
-
-    backend.write = stuck  # type: ignore[method-assign]
+    gate = hold_writes(client)
     handle = client.start_append_many(name, [b"a", b"b"])
     with pytest.raises(TimeoutError, match=name):
         handle.result(timeout=0.05)
@@ -382,16 +388,8 @@ def test_two_clients_racing_with_calls(store_url: Any) -> None:
 def test_a_call_waits_for_the_writer_without_holding_the_write_lock(memory_store: Any) -> None:
     client = memory_store.open()
     name = new_journal(client, length=100)
-    backend = client.store.backend
-    gate = threading.Event()
-    original = backend.write
-
-    def slow_write(path: str, data: Any) -> None:
-        assert gate.wait(30)
-        original(path, data)
-
     appender = client._appender(name)
-    backend.write = slow_write  # type: ignore[method-assign]
+    gate = hold_writes(client)
     appender._limit = 300  # a tiny backlog allowance, so the test stays small
     appender._update_room_locked()
     records = [b"%03d" % i + b"x" * 47 for i in range(40)]  # 2000 bytes: 20 fragments
