@@ -35,8 +35,9 @@ static PyObject *value_error = NULL;
 static unsigned long long cache_node[PRODUCER_CACHE];
 static PyObject *cache_bytes[PRODUCER_CACHE];
 
+/* The offsets of the object slots `names` of the slots-only class `cls` into `off`. */
 static int
-slot_offsets(PyObject *cls, const char *const *names, int n, SlotClass *out)
+slot_offsets(PyObject *cls, const char *const *names, int n, Py_ssize_t *off)
 {
     if (!PyType_Check(cls)) {
         PyErr_SetString(PyExc_TypeError, "configure() needs classes");
@@ -63,11 +64,22 @@ slot_offsets(PyObject *cls, const char *const *names, int n, SlotClass *out)
                          type->tp_name, names[i]);
             return -1;
         }
-        out->off[i] = member->offset;
+        off[i] = member->offset;
         Py_DECREF(descr);
     }
-    Py_XSETREF(out->type, (PyTypeObject *)Py_NewRef(cls));
+    return 0;
+}
+
+/* A SlotClass for `cls`, set only once every name is found to be a slot. */
+static int
+slot_class(PyObject *cls, const char *const *names, int n, SlotClass *out)
+{
+    Py_ssize_t off[5] = {0};
+    if (slot_offsets(cls, names, n, off) < 0)
+        return -1;
+    memcpy(out->off, off, sizeof off);
     out->n = n;
+    Py_XSETREF(out->type, (PyTypeObject *)Py_NewRef(cls));
     return 0;
 }
 
@@ -84,8 +96,8 @@ configure(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "configure() needs the 1024 flag values");
         return NULL;
     }
-    if (slot_offsets(envelope, env_names, 5, &envelope_cls) < 0 ||
-        slot_offsets(message, msg_names, 2, &message_cls) < 0)
+    if (slot_class(envelope, env_names, 5, &envelope_cls) < 0 ||
+        slot_class(message, msg_names, 2, &message_cls) < 0)
         return NULL;
     Py_XSETREF(loads_func, Py_NewRef(loads));
     Py_XSETREF(flag_values, Py_NewRef(flags));
@@ -327,9 +339,9 @@ enum { SQ_OFFSETS, SQ_PARTIALS, SQ_PENDING, SQ_EMIT, SQ_DEQUEUED, SQ_DEQUEUED_CL
 enum { PA_MIN, PA_MAX, PA_BEGIN, PA_START, PA_STOP, PA_N };
 enum { ENV_JOURNAL, ENV_BEGIN, ENV_END, ENV_MESSAGE, ENV_IDS };
 
-static SlotClass sequencer_cls = {NULL, {0}, 0};
+static PyTypeObject *sequencer_type = NULL;
 static Py_ssize_t seq_off[SQ_N];
-static SlotClass partial_cls = {NULL, {0}, 0};
+static PyTypeObject *partial_type = NULL;
 static Py_ssize_t part_off[PA_N];
 static PyObject *ack_flag = NULL; /* Flags.ACK_TXN */
 static PyObject *minus_one = NULL;
@@ -360,23 +372,14 @@ configure_sequencer(PyObject *self, PyObject *args)
                                              "ring_stop"};
     if (!PyArg_ParseTuple(args, "OOO:configure_sequencer", &sequencer, &partial, &ack))
         return NULL;
-    SlotClass sc = {NULL, {0}, 0}, pc = {NULL, {0}, 0};
-    /* SlotClass holds 5 offsets: look the names up five at a time. */
-    for (int k = 0; k < SQ_N; k += 5) {
-        int n = SQ_N - k < 5 ? SQ_N - k : 5;
-        if (slot_offsets(sequencer, seq_names + k, n, &sc) < 0)
-            return NULL;
-        for (int i = 0; i < n; i++)
-            seq_off[k + i] = sc.off[i];
-    }
-    if (slot_offsets(partial, part_names, PA_N, &pc) < 0) {
-        Py_XDECREF(sc.type);
+    Py_ssize_t soff[SQ_N], poff[PA_N];
+    if (slot_offsets(sequencer, seq_names, SQ_N, soff) < 0 ||
+        slot_offsets(partial, part_names, PA_N, poff) < 0)
         return NULL;
-    }
-    for (int i = 0; i < PA_N; i++)
-        part_off[i] = pc.off[i];
-    Py_XSETREF(sequencer_cls.type, sc.type);
-    Py_XSETREF(partial_cls.type, pc.type);
+    memcpy(seq_off, soff, sizeof soff);
+    memcpy(part_off, poff, sizeof poff);
+    Py_XSETREF(sequencer_type, (PyTypeObject *)Py_NewRef(sequencer));
+    Py_XSETREF(partial_type, (PyTypeObject *)Py_NewRef(partial));
     Py_XSETREF(ack_flag, Py_NewRef(ack));
     if (minus_one == NULL)
         minus_one = PyLong_FromLong(-1);
@@ -479,11 +482,11 @@ seqiter_new(PyObject *self, PyObject *args)
     int acks;
     if (!PyArg_ParseTuple(args, "OOOp:Sequence", &seq, &envelopes, &replay, &acks))
         return NULL;
-    if (sequencer_cls.type == NULL || envelope_cls.type == NULL) {
+    if (sequencer_type == NULL || envelope_cls.type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "oncelog._speedups is not configured");
         return NULL;
     }
-    if (!PyObject_TypeCheck(seq, sequencer_cls.type)) {
+    if (!PyObject_TypeCheck(seq, sequencer_type)) {
         PyErr_SetString(PyExc_TypeError, "Sequence() needs a Sequencer");
         return NULL;
     }
@@ -881,7 +884,7 @@ seqiter_next(SeqIter *it)
             }
             goto slow;
         }
-        if (!PyObject_TypeCheck(p, partial_cls.type))
+        if (!PyObject_TypeCheck(p, partial_type))
             goto slow;
         unsigned long long pmax, pmin;
         long long pbegin;
