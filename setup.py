@@ -1,17 +1,24 @@
 """Build hook for the optional C speed-ups; everything else is in pyproject.toml.
 
-`oncelog._speedups` accelerates JSON-lines decoding. It is optional: without a C
-compiler the build goes on and oncelog runs its pure-Python path.
+`oncelog._speedups` accelerates JSON-lines decoding and `Sequencer.sequence()`. It is
+optional: without a C compiler the build goes on and oncelog runs its pure-Python path
+(the same results, slower). Set `ONCELOG_REQUIRE_SPEEDUPS=1` (CI does) to make a failed
+compile fail the build instead of being skipped with a warning.
 """
 
+import os
+
 from setuptools import Extension, setup
+
+REQUIRE_ENV = "ONCELOG_REQUIRE_SPEEDUPS"
+required = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
 
 setup(
     ext_modules=[
         Extension(
             "oncelog._speedups",
             sources=["oncelog/_speedups.c"],
-            optional=True,
+            optional=not required,
             extra_compile_args=["-O2"],
         )
     ]

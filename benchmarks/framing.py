@@ -155,9 +155,18 @@ def bench_csv(n: int, rounds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="50,000 messages, smoke-size run")
+    parser.add_argument(
+        "--gc", choices=("pause", "leave"), default="pause",
+        help="pause the collector while decoding (as the oncelog CLI and Spark workers do; "
+        "ONCELOG_GC_PAUSE=1), or leave it alone (an embedding library's default)",
+    )
     parser.add_argument("--messages", type=int, help="messages per framing")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    from oncelog.framing import set_gc_pausing
+
+    set_gc_pausing(args.gc == "pause")
+    print(f"garbage collector while decoding: {args.gc}")
     n = args.messages or (50_000 if args.quick else 1_000_000)
     bench_json(n, args.rounds)
     bench_fixed(n, args.rounds)

@@ -261,7 +261,7 @@ class Suite:
             ),
             Row(
                 self.label,
-                "read back, 1 MiB reads, SHA1-verified",
+                "read back, 1 MiB reads, CRC-32C-verified",
                 mb / t_read,
                 baseline_name="raw read",
                 baseline=mb / t_raw_read,
@@ -377,12 +377,19 @@ def main() -> None:
         f"\nfor scale: SHA1 of the same bytes runs at {one:.0f} MB/s on one core and "
         f"{many:.0f} MB/s on {cores} threads now; every byte appended or read is hashed once."
     )
+    import crc32c
+
+    crc = len(data) / 1e6 / min(timed(lambda: crc32c.crc32c(data)) for _ in range(3))
+    print(
+        f"CRC-32C (what reads check when claims record it) runs at {crc:.0f} MB/s on one core; "
+        "SHA1 is computed once per append (the fragment's name) and by `verify`."
+    )
     for r in rows:
         if r.backend == "local" and r.operation.startswith("read") and r.baseline:
             print(
-                f"local read ceiling with SHA1 verification: {many:.0f} MB/s = "
-                f"{many / r.baseline:.2f}x raw read ({one / r.baseline:.2f}x per core): the "
-                f"{r.target}x target needs SHA1 at {r.target * r.baseline:.0f} MB/s."
+                f"local read ceiling with CRC-32C verification on one core: {crc:.0f} MB/s = "
+                f"{crc / r.baseline:.2f}x raw read (which copies page-cache bytes into one "
+                f"reused buffer); the {r.target}x target needs {r.target * r.baseline:.0f} MB/s."
             )
 
 

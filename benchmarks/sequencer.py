@@ -76,7 +76,8 @@ def build_journal_bytes(messages: int, producers: int = 16, seed: int = 7) -> tu
     for p in range(producers):
         if left_in_txn[p]:
             clocks[p] += 1
-            lines.append(orjson.dumps({"uuid": str(build_uuid(ids[p], clocks[p], Flags.ACK_TXN))}) + b"\n")
+            ack = build_uuid(ids[p], clocks[p], Flags.ACK_TXN)
+            lines.append(orjson.dumps({"uuid": str(ack)}) + b"\n")
     return b"".join(lines), messages
 
 
@@ -105,12 +106,25 @@ def timed_together(funcs: list[Callable[[], int]], rounds: int) -> list[tuple[fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="50,000 messages")
+    parser.add_argument(
+        "--gc", choices=("pause", "leave"), default="pause",
+        help="pause the collector while decoding (as the oncelog CLI and Spark workers do; "
+        "ONCELOG_GC_PAUSE=1), or leave it alone (an embedding library's default)",
+    )
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--stages", action="store_true", help="also time each stage of read_committed")
+    parser.add_argument(
+        "--stages", action="store_true", help="also time each stage of read_committed"
+    )
     args = parser.parse_args()
+    from oncelog.framing import set_gc_pausing
+
+    set_gc_pausing(args.gc == "pause")
+    print(f"garbage collector while decoding: {args.gc}")
     messages = args.messages or (50_000 if args.quick else 1_000_000)
 
     data, expected = build_journal_bytes(messages)

@@ -66,7 +66,7 @@ def build(
         if open_txn[p]:
             emit(p, Flags.ACK_TXN)
     for env in envs:
-        env.ids  # parse once, as a reader's decoder would have
+        _ = env.ids  # parse once, as a reader's decoder would have
     return envs
 
 
@@ -74,7 +74,7 @@ def floor_loop(envs: list[Envelope]) -> list[Envelope]:
     out: list[Envelope] = []
     append = out.append
     for env in envs:
-        env.ids
+        _ = env.ids
         append(env)
     return out
 

@@ -21,9 +21,9 @@ from collections import defaultdict
 from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
 from oncelog.mapping import PolledList, modulo, rendezvous
 from oncelog.message import JSONMessage
+from oncelog.options import storage_option_arg
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
-from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 SELECTOR = "app=clicks, role=events"

@@ -26,8 +26,8 @@ import fsspec
 
 from oncelog.journal import JournalClient, JournalNotFound, JournalSpec, open_journals
 from oncelog.message import Flags, build_uuid, clock_from_unix_ns
-from oncelog.reading import read_committed, read_uncommitted
 from oncelog.options import storage_option_arg
+from oncelog.reading import read_committed, read_uncommitted
 
 NDJSON = "application/x-ndjson"
 JOURNAL = "examples/gazette/events"

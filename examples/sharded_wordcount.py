@@ -21,9 +21,9 @@ from oncelog.consumer import Consumer, Transaction, group_status
 from oncelog.journal import JournalClient, JournalSpec, open_journals
 from oncelog.mapping import PolledList, rendezvous
 from oncelog.message import Envelope, JSONMessage
+from oncelog.options import storage_option_arg
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
-from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 PARTITIONS = 6

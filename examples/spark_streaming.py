@@ -23,9 +23,9 @@ from typing import Any
 
 from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
 from oncelog.message import JSONMessage
+from oncelog.options import storage_option_arg
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
-from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 CLICKS = [f"clickstream/part-{i:03d}" for i in range(2)]

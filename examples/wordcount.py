@@ -17,9 +17,9 @@ import tempfile
 from oncelog.consumer import Consumer, Transaction
 from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
 from oncelog.message import Envelope, JSONMessage
+from oncelog.options import storage_option_arg
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
-from oncelog.options import storage_option_arg
 
 NDJSON = "application/x-ndjson"
 SENTENCES = "examples/wordcount/sentences"

@@ -3,6 +3,7 @@
 The everyday names are re-exported here; each lives in a module of its own.
 """
 
+from oncelog.errors import OncelogError
 from oncelog.journal import FragmentSpec, JournalClient, JournalSpec, open_journals
 from oncelog.message import (
     Clock,
@@ -23,6 +24,7 @@ from oncelog.sequencer import ProducerState, QueueOutcome, Sequencer
 __version__ = "0.1.0"
 
 __all__ = [
+    "OncelogError",
     "open_journals",
     "JournalClient",
     "JournalSpec",

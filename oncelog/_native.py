@@ -13,7 +13,16 @@ from types import ModuleType
 
 import orjson
 
-from oncelog.message import _FLAG_VALUES, _NIL_FIELDS, Envelope, JSONMessage
+from oncelog.message import (
+    _FLAG_VALUES,
+    _NIL_FIELDS,
+    FLAGS_MASK,
+    SEQ_COUNTER_MASK,
+    Envelope,
+    JSONMessage,
+    build_uuid,
+    parse_uuid_fields,
+)
 
 __all__ = ["speedups", "PURE_ENV"]
 
@@ -29,7 +38,23 @@ def _load() -> ModuleType | None:
     except ImportError:
         return None
     _speedups.configure(Envelope, JSONMessage, orjson.loads, _FLAG_VALUES, _NIL_FIELDS)
+    _check_layout(_speedups)
     return _speedups
+
+
+def _check_layout(module: ModuleType) -> None:
+    """The C parser hard-codes the UUID layout of oncelog.message: check that they agree
+    on UUIDs with every field at its extremes (a mismatch is a build bug, not a fallback)."""
+    producer = bytes([0x81, 0x02, 0x40, 0x08, 0x10, 0xFF])
+    for clock in (1, SEQ_COUNTER_MASK, (1 << 64) - 1, 0x0123456789ABCDEF):
+        for flags in (0, 1, 2, FLAGS_MASK):
+            text = str(build_uuid(producer, clock, flags))
+            for t in (text, text.upper()):
+                if module.uuid_ids(t) != parse_uuid_fields(text):
+                    raise ImportError(
+                        f"oncelog._speedups parses {t} as {module.uuid_ids(t)}, oncelog.message"
+                        f" as {parse_uuid_fields(text)}: rebuild the extension"
+                    )
 
 
 speedups: ModuleType | None = _load()

@@ -404,6 +404,7 @@ typedef struct {
     PyObject *clock_obj;           /* env's clock */
     PyObject *flags_obj;           /* env's flags */
     unsigned long long clock, mn;  /* env's clock, the partial's min_clock during a walk */
+    long flags;                    /* env's flags */
     Py_ssize_t walk;               /* next ring index of the walk */
     PyObject **index;              /* ints 0..size-1, made on demand */
 } SeqIter;
@@ -421,27 +422,29 @@ index_obj(SeqIter *it, Py_ssize_t i)
     return it->index[i];
 }
 
-/* A slot holding an int as a C value; 0 with no error set if it is not a plain int in range. */
+/* A slot holding an int as a C value; 0 with no error set if it is not a plain int in range.
+ * Public C API only: clocks below 2**63 (all of them until the year 5236) take
+ * PyLong_AsLongLongAndOverflow, which reads the digits directly on every version; larger
+ * ones PyLong_AsUnsignedLongLong. */
 static int
 as_ull(PyObject *v, unsigned long long *out)
 {
     if (v == NULL || !PyLong_Check(v))
         return 0;
-#if PY_VERSION_HEX < 0x030C0000
-    /* Clocks are 61-64 bit ints: three 30-bit digits. Read them directly (3.11's
-     * PyLong_AsUnsignedLongLong goes through a generic byte-array conversion). */
-    Py_ssize_t n = Py_SIZE(v);
-    if (n >= 0 && n <= 3) {
-        const digit *d = ((PyLongObject *)v)->ob_digit;
-        if (n < 3 || d[2] < ((digit)1 << (64 - 2 * PyLong_SHIFT))) {
-            unsigned long long x = 0;
-            for (Py_ssize_t i = n - 1; i >= 0; i--)
-                x = (x << PyLong_SHIFT) | d[i];
-            *out = x;
-            return 1;
+    int overflow;
+    long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow == 0) {
+        if (s == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
         }
+        if (s < 0)
+            return 0;
+        *out = (unsigned long long)s;
+        return 1;
     }
-#endif
+    if (overflow < 0)
+        return 0;
     unsigned long long x = PyLong_AsUnsignedLongLong(v);
     if (x == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
@@ -514,6 +517,7 @@ seqiter_new(PyObject *self, PyObject *args)
     it->state = AT_TOP;
     it->env = it->p = it->e = it->clock_obj = it->flags_obj = NULL;
     it->clock = it->mn = 0;
+    it->flags = 0;
     it->walk = -1;
     it->index = NULL;
     it->size = PyList_Check(it->ring) ? PyList_GET_SIZE(it->ring) : 0;
@@ -681,7 +685,7 @@ walk_on(SeqIter *it)
             Py_DECREF(e);
             continue; /* a duplicate, or not committed by this ACK */
         }
-        if (e == it->env && !it->acks && it->flags_obj == ack_flag) {
+        if (e == it->env && !it->acks && it->flags == 2) { /* the committing ACK_TXN */
             set_slot(p, part_off[PA_MIN], c_obj); /* as if yielded and stepped past */
             it->mn = c;
             Py_DECREF(c_obj);
@@ -993,6 +997,7 @@ seqiter_next(SeqIter *it)
                 it->env = env; /* owns the reference */
                 it->p = Py_NewRef(p);
                 it->flags_obj = Py_NewRef(flags_obj);
+                it->flags = flags;
                 it->clock = clock;
                 it->mn = pmin;
                 it->walk = start;

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from oncelog.consumer import Consumer, FencedOut, Transaction
-from oncelog.options import storage_option_arg
 from oncelog.journal import JournalClient, JournalSpec, open_journals
 from oncelog.message import Envelope, Flags, JSONMessage
+from oncelog.options import storage_option_arg
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed, read_uncommitted
 
@@ -59,7 +59,7 @@ def _mapping(journal: str):
 def _produce(client: JournalClient, inputs: list[str], rng: random.Random) -> dict[str, int]:
     """Sentences in transactions: some rolled back, some re-sent, one left open."""
     publisher = Publisher(client)
-    tally = Counter()
+    tally: Counter[str] = Counter()
     for _ in range(24):
         try:
             with publisher.transaction():

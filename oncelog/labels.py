@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+from oncelog.errors import OncelogError
+
 __all__ = [
     "CONTENT_TYPE",
     "CONTENT_TYPE_CSV",
@@ -421,7 +423,7 @@ def journal_labels(name: str, labels: LabelsLike = None) -> LabelSet:
 # -- selectors -----------------------------------------------------------------------------
 
 
-class SelectorError(ValueError):
+class SelectorError(OncelogError, ValueError):
     """A label selector could not be parsed; names the text, the reason and the position."""
 
     def __init__(self, text: str, reason: str, position: int) -> None:

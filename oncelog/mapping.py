@@ -25,8 +25,9 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Union
+from typing import Any, Protocol, Union, cast
 
+from oncelog.errors import OncelogError
 from oncelog.labels import CONTENT_TYPE, LabelSelector, LabelSet
 
 __all__ = [
@@ -89,7 +90,7 @@ def _key_hash(key: bytes | str) -> int:
     """Hash a mapping key: str is UTF-8 encoded; bytes-like taken as is."""
     cls = key.__class__
     if cls is bytes:
-        return _fnv_bytes(key)
+        return _fnv_bytes(cast(bytes, key))
     if cls is str:
         return _fnv_bytes(key.encode("utf-8"))  # type: ignore[union-attr]
     if isinstance(key, (bytes, bytearray, memoryview)):
@@ -120,11 +121,11 @@ MappingFunc = Callable[[Any], "tuple[str, str]"]
 """Picks a message's journal: ``mapping(msg) -> (journal_name, content_type)``."""
 
 
-class EmptyPartitions(LookupError):
+class EmptyPartitions(OncelogError, LookupError):
     """There is no partition to map a message to: ``partitions()`` returned none."""
 
 
-class MissingContentType(ValueError):
+class MissingContentType(OncelogError, ValueError):
     """A partition chosen for a message has no usable ``content-type`` label."""
 
 

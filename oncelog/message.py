@@ -20,13 +20,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, cast, runtime_checkable
 
 import uuid6
 
 __all__ = [
     "Flags",
+    "OUTSIDE_TXN",
+    "CONTINUE_TXN",
+    "ACK_TXN",
     "FLAGS_MASK",
+    "CLOCK_SEQ_BYTE",
+    "SEQ_COUNTER_SHIFT",
+    "SEQ_COUNTER_MASK",
+    "TIME_HI_MASK",
+    "PRODUCER_BYTE",
     "PRODUCER_ID_LEN",
     "UNIX_EPOCH_OFFSET",
     "NIL_UUID",
@@ -50,8 +58,31 @@ __all__ = [
     "ProtoMessage",
 ]
 
+# --- the UUID bit layout (Gazette's message.UUID), defined here only -------------------
+#
+# bytes 0-3 time_low, 4-5 time_mid, 6-7 version nibble + time_hi (12 bits): a 60-bit
+# timestamp of 100 ns ticks. Bytes 8-9, the clock-sequence field: variant (2 bits), the
+# clock's 4-bit sequence counter, then 10 bits of flags. Bytes 10-15, the node: the
+# producer ID. Clock = timestamp << 4 | sequence counter. `oncelog._speedups` (C) and
+# `oncelog.spark.uuids` (Arrow) are checked against these at import.
+
 FLAGS_MASK = 0x3FF
 """Only the low 10 bits of the clock-sequence field carry flags."""
+
+CLOCK_SEQ_BYTE = 8
+"""Byte offset of the 16-bit clock-sequence field (sequence counter and flags)."""
+
+SEQ_COUNTER_SHIFT = 10
+"""The clock's 4-bit sequence counter sits above the flags in the clock-sequence field."""
+
+SEQ_COUNTER_MASK = 0xF
+"""The sequence counter's width: the low 4 bits of a Clock."""
+
+TIME_HI_MASK = 0x0FFF
+"""The 12 timestamp bits of `time_hi` (its top nibble is the UUID version)."""
+
+PRODUCER_BYTE = 10
+"""Byte offset of the 6-byte producer ID (the node field)."""
 
 PRODUCER_ID_LEN = 6
 
@@ -64,14 +95,22 @@ _MASK64 = (1 << 64) - 1
 _MASK60 = (1 << 60) - 1
 
 
-class Flags(enum.IntEnum):
-    """Transaction flags carried in a message UUID."""
+OUTSIDE_TXN = 0
+"""Flags of a message committed on its own (plain int, for hot loops; `Flags.OUTSIDE_TXN`)."""
+CONTINUE_TXN = 1
+"""Flags of a message inside a transaction (plain int; `Flags.CONTINUE_TXN`)."""
+ACK_TXN = 2
+"""Flags of an acknowledgement committing a transaction (plain int; `Flags.ACK_TXN`)."""
 
-    OUTSIDE_TXN = 0
+
+class Flags(enum.IntEnum):
+    """Transaction flags carried in a message UUID; any other value is read as OUTSIDE_TXN."""
+
+    OUTSIDE_TXN = OUTSIDE_TXN
     """A message committed on its own: delivered as soon as it is read."""
-    CONTINUE_TXN = 1
+    CONTINUE_TXN = CONTINUE_TXN
     """Part of a transaction: delivered only when a later ACK_TXN commits it."""
-    ACK_TXN = 2
+    ACK_TXN = ACK_TXN
     """Acknowledges (commits) the producer's pending messages up to its clock."""
 
 
@@ -162,8 +201,8 @@ def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
     ts = clock >> 4
     time_low = ts & 0xFFFFFFFF
     time_mid = (ts >> 32) & 0xFFFF
-    time_hi = ((ts >> 48) & 0x0FFF) | 0x1000
-    seq = ((clock << 10) & 0x3C00) | flags | 0x8000
+    time_hi = ((ts >> 48) & TIME_HI_MASK) | 0x1000  # version 1
+    seq = ((clock & SEQ_COUNTER_MASK) << SEQ_COUNTER_SHIFT) | flags | 0x8000  # RFC 4122 variant
     value = (
         (time_low << 96)
         | (time_mid << 80)
@@ -174,11 +213,17 @@ def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
+_FLAGS_AT = (15 - CLOCK_SEQ_BYTE - 1) * 8
+"""Bit position of the flags in a UUID's 128-bit int."""
+_COUNTER_AT = _FLAGS_AT + SEQ_COUNTER_SHIFT
+"""Bit position of the clock's sequence counter in a UUID's 128-bit int."""
+
+
 def _clock_of_int(v: int) -> int:
     time_low = v >> 96
     time_mid = (v >> 80) & 0xFFFF
-    time_hi = (v >> 64) & 0x0FFF  # mask the version nibble
-    seq = (v >> 58) & 0xF
+    time_hi = (v >> 64) & TIME_HI_MASK  # mask the version nibble
+    seq = (v >> _COUNTER_AT) & SEQ_COUNTER_MASK
     return (((time_hi << 48) | (time_mid << 32) | time_low) << 4) | seq
 
 
@@ -201,9 +246,9 @@ def _fields_of_int(v: int) -> tuple[bytes, int, Flags | int]:
         producer = _producer_of(v & 0xFFFFFFFFFFFF)
     return (
         producer,
-        ((((v >> 64) & 0x0FFF) << 48 | ((v >> 80) & 0xFFFF) << 32 | (v >> 96)) << 4)
-        | ((v >> 58) & 0xF),
-        _FLAG_VALUES[(v >> 48) & FLAGS_MASK],
+        ((((v >> 64) & TIME_HI_MASK) << 48 | ((v >> 80) & 0xFFFF) << 32 | (v >> 96)) << 4)
+        | ((v >> _COUNTER_AT) & SEQ_COUNTER_MASK),
+        _FLAG_VALUES[(v >> _FLAGS_AT) & FLAGS_MASK],
     )
 
 
@@ -214,7 +259,7 @@ def get_clock(u: uuid.UUID) -> int:
 
 def get_flags(u: uuid.UUID) -> Flags | int:
     """The 10 flag bits of a message UUID (a `Flags` member where one matches)."""
-    return _FLAG_VALUES[(u.int >> 48) & FLAGS_MASK]
+    return _FLAG_VALUES[(u.int >> _FLAGS_AT) & FLAGS_MASK]
 
 
 def get_producer_id(u: uuid.UUID) -> bytes:
@@ -243,11 +288,11 @@ def parse_uuid_fields(text: str) -> tuple[bytes, int, Flags | int]:
     raise ValueError(f"not a canonical UUID string: {text!r}")
 
 
-_LOW_NIBBLE = bytes(b & 0x0F for b in range(256))
+_LOW_NIBBLE = bytes(b & (TIME_HI_MASK >> 8) for b in range(256))
 """Byte table: clear the version nibble of `time_hi`'s first byte."""
-_SEQ_NIBBLE = bytes((b >> 2) & 0x0F for b in range(256))
+_SEQ_NIBBLE = bytes((b >> (SEQ_COUNTER_SHIFT - 8)) & SEQ_COUNTER_MASK for b in range(256))
 """Byte table: the clock's 4-bit sequence counter from the clock-sequence field's first byte."""
-_FLAG_HIGH_BITS = bytes(b & 0x03 for b in range(256))
+_FLAG_HIGH_BITS = bytes(b & (FLAGS_MASK >> 8) for b in range(256))
 """Byte table: the two flag bits in the clock-sequence field's first byte."""
 _NATIVE_LITTLE = sys.byteorder == "little"
 _TIMESTAMP_BYTES = (6, 7, 4, 5, 0, 1, 2, 3)
@@ -269,34 +314,35 @@ def _bulk_fields(raw: bytes, n: int) -> list[tuple[bytes, int, Flags | int]]:
         stamps[i::8] = raw[src::16]
     stamps[0::8] = stamps[0::8].translate(_LOW_NIBBLE)
     counters = bytearray(8 * n)
-    counters[7::8] = raw[8::16].translate(_SEQ_NIBBLE)
+    counters[7::8] = raw[CLOCK_SEQ_BYTE::16].translate(_SEQ_NIBBLE)
     shifted = (int.from_bytes(stamps, "big") << 4) | int.from_bytes(counters, "big")
     clocks = array("Q", shifted.to_bytes(8 * n, "big"))
     # Producers: the 6-byte nodes as 64-bit ints, mapped to shared bytes objects.
     nodes = bytearray(8 * n)
     for k in range(PRODUCER_ID_LEN):
-        nodes[2 + k :: 8] = raw[10 + k :: 16]
+        nodes[2 + k :: 8] = raw[PRODUCER_BYTE + k :: 16]
     node_ints = array("Q", nodes)
     if _NATIVE_LITTLE:
         clocks.byteswap()
         node_ints.byteswap()
     node_list = node_ints.tolist()
-    producers = list(map(_producer_bytes.get, node_list))
+    producers: list[bytes | None] = list(map(_producer_bytes.get, node_list))
     if producers.count(None):
         producers = [p if p is not None else _producer_of(v) for p, v in zip(producers, node_list)]
     # Flags: almost always below 256 (the two high bits clear), then one byte each.
-    high = raw[8::16].translate(_FLAG_HIGH_BITS)
+    high = raw[CLOCK_SEQ_BYTE::16].translate(_FLAG_HIGH_BITS)
+    low = raw[CLOCK_SEQ_BYTE + 1 :: 16]
     if high.count(0) == n:
-        flags = list(map(_FLAG_VALUES.__getitem__, raw[9::16]))
+        flags = list(map(_FLAG_VALUES.__getitem__, low))
     else:
         words = bytearray(2 * n)
         words[0::2] = high
-        words[1::2] = raw[9::16]
+        words[1::2] = low
         values = array("H", words)
         if _NATIVE_LITTLE:
             values.byteswap()
         flags = list(map(_FLAG_VALUES.__getitem__, values))
-    return list(zip(producers, clocks.tolist(), flags))
+    return list(zip(cast(list[bytes], producers), clocks.tolist(), flags))
 
 
 _message_doc = attrgetter("message.doc")
@@ -521,11 +567,13 @@ class ProtoMessage:
         self.uuid_field = uuid_field
 
     @classmethod
-    def factory(cls, proto_class: type, uuid_field: str = "uuid") -> Callable[[bytes], "ProtoMessage"]:
+    def factory(
+        cls, proto_class: type, uuid_field: str = "uuid"
+    ) -> Callable[[bytes], "ProtoMessage"]:
         """A callable that parses a payload into `proto_class` and wraps it."""
 
         cls(proto_class(), uuid_field)  # checks the UUID field once, not per payload
-        parse = proto_class.FromString
+        parse = cast(Any, proto_class).FromString
         new = cls.__new__
 
         def new_message(payload: bytes) -> ProtoMessage:

@@ -9,27 +9,47 @@ re-asserts an earlier clock rolls them back. Semantics follow Gazette's
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
+from oncelog.errors import FencedOut, OncelogError
 from oncelog.framing import Framing, for_content_type
 from oncelog.mapping import PartitionSpec, content_type_of
 from oncelog.message import Clock, Flags, Message, build_uuid, new_producer_id
 
 if TYPE_CHECKING:
     from oncelog.journal import AppendResult, AsyncAppend, JournalClient
+    from oncelog.transactions import TransactionalLog
 
-__all__ = ["Publisher", "AckIntent", "TransactionError", "Mapping"]
+__all__ = [
+    "Publisher",
+    "AckIntent",
+    "TransactionError",
+    "TransactionExpired",
+    "FencedOut",
+    "Mapping",
+]
+
+log = logging.getLogger(__name__)
+
+RECOVERY_ATTEMPTS = 8
 
 Mapping = Callable[[Any], "tuple[str, str]"]
 """A mapping picks a message's journal: `mapping(msg) -> (journal_name, content_type)`."""
 
 
-class TransactionError(RuntimeError):
+class TransactionError(OncelogError, RuntimeError):
     """A transaction could not be committed; its messages were rolled back where possible."""
+
+
+class TransactionExpired(TransactionError):
+    """The transaction published nothing for its keepalive and was rolled back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +69,66 @@ class _Pending:
     first_clock: int
 
 
+def _fixed_route(route: tuple[str, str]) -> Mapping:
+    """A mapping sending every message to one journal."""
+    return lambda _msg: route
+
+
+class _Keepalive:
+    """Expires a transaction that published nothing for `seconds`: one thread per
+    transaction, ended by `close()` or by the expiry (a bounded wait, no polling)."""
+
+    def __init__(self, seconds: float, expire: Callable[[], None]) -> None:
+        self.seconds = seconds
+        self.last = time.monotonic()
+        self._expire = expire
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="oncelog-keepalive", daemon=True)
+        self._thread.start()
+
+    def touch(self) -> None:
+        self.last = time.monotonic()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(max(0.0, self.last + self.seconds - time.monotonic())):
+            if time.monotonic() >= self.last + self.seconds:
+                self._expire()
+                return
+
+
 class Publisher:
     """Publishes messages to journals under one random producer ID.
 
     `publish_committed` is safe from many threads; transactional publishing
     (`publish_uncommitted`, `build_ack_intents`, `transaction`) belongs to one
     thread at a time, as in Gazette.
+
+    Commits are atomic across journals: a transaction over several journals records its
+    ACK intents durably (`oncelog.transactions`) before appending the first ACK, so a crash
+    leaves either nothing committed or a record that `oncelog txns recover` (or, with a
+    `transactional_id`, the next instance with that id) rolls forward in every journal.
+    A transaction over one journal stays one ACK append.
+
+    With `transactional_id`, instances of one service take over from each other: a new
+    instance finishes the last commit of the one before (rolls it forward), rolls back
+    what that one left uncommitted, and fences it out: the older instance's next commit
+    raises `FencedOut` and commits nothing. Creating such a publisher reads and writes the
+    id's records (a few requests). Each commit then writes one record before its ACKs.
     """
 
-    def __init__(self, client: "JournalClient", clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        client: "JournalClient",
+        clock: Clock | None = None,
+        *,
+        transactional_id: str | None = None,
+        keep_records: int = 10,
+    ) -> None:
         self.client = client
         self._auto_clock = clock is None
         self.clock = Clock() if clock is None else clock
@@ -69,11 +140,39 @@ class Publisher:
         self._outstanding: deque[AsyncAppend] = deque()
         self._lock = threading.Lock()
         self._in_transaction = False
+        # Guards the open transaction against its keepalive expiring it meanwhile.
+        self._txn_lock = threading.RLock()
+        self._keepalive: _Keepalive | None = None
+        self._expired: str | None = None
+        self._broken: str | None = None  # a commit whose outcome is unknown: start anew
+        self._fenced: str | None = None
+        # With a transactional id: the id's record chain, the seq of our last record, and
+        # an ACK template per journal we ever wrote uncommitted (rollbacks re-assert there).
+        self.transactional_id = transactional_id
+        self._log: TransactionalLog | None = None
+        self._seq = 0
+        self._templates: dict[str, _Pending] = {}
+        if transactional_id is not None:
+            from oncelog.transactions import TransactionalLog
+
+            self._log = TransactionalLog(client, transactional_id, keep_records)
+            self._take_over()
+
+    def __repr__(self) -> str:
+        tid = self.transactional_id
+        who = "" if tid is None else f", transactional_id={tid!r}"
+        return f"Publisher({self.client!r}, producer={self.producer_id.hex()}{who})"
+
+    @property
+    def fenced(self) -> bool:
+        """True once a newer instance with the same transactional id took over."""
+        return self._fenced is not None
 
     # -- publishing ------------------------------------------------------------------
 
     def publish_committed(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
         """Append `msg` for immediate read-committed delivery (Flags.OUTSIDE_TXN)."""
+        self._check_usable()
         journal, _, clock, append = self._publish(mapping, msg, Flags.OUTSIDE_TXN)
         with self._lock:
             if clock > self._acked.get(journal, 0):
@@ -86,20 +185,73 @@ class Publisher:
         It is delivered to read-committed readers only once an acknowledgement
         from `build_ack_intents` (or `transaction()`'s commit) is appended.
         """
-        journal, framing, clock, append = self._publish(mapping, msg, Flags.CONTINUE_TXN)
-        if journal not in self._pending:
-            self._pending[journal] = _Pending(msg.new_acknowledgement(journal), framing, clock)
-        return append
+        with self._txn_lock:
+            self._check_usable()
+            journal, framing, clock, append = self._publish(
+                mapping, msg, Flags.CONTINUE_TXN, self._before_uncommitted
+            )
+            if journal not in self._pending:
+                pending = _Pending(msg.new_acknowledgement(journal), framing, clock)
+                self._pending[journal] = pending
+                self._templates.setdefault(journal, pending)
+            if self._keepalive is not None:
+                self._keepalive.touch()
+            return append
 
-    def broadcast(self, partitions: Callable[[], Sequence[PartitionSpec]], msg: Message) -> list["AsyncAppend"]:
-        """Publish `msg`, committed, to every journal of `partitions()`."""
-        return [
-            self.publish_committed(lambda _m, p=part: (p.name, content_type_of(p)), msg)
-            for part in partitions()
-        ]
+    def _before_uncommitted(self, journal: str, framing: Framing, msg: Message) -> None:
+        """With a transactional id, name a journal in our records before its first
+        uncommitted message, so a successor can roll our leftovers back there."""
+        if self._log is None or journal in self._templates:
+            return
+        # Reserve a clock: our first message there takes the next one, so a reader's
+        # sequencer starts us at exactly this clock, and the rollback ACK re-asserts it
+        # (an ACK below where a reader started a producer would be logged as an error).
+        reserved = self.clock.tick()
+        self._templates[journal] = _Pending(
+            msg.new_acknowledgement(journal), framing, reserved + 1
+        )
+        try:
+            self._write_record("journals", [])
+        except BaseException:
+            del self._templates[journal]
+            raise
+
+    def broadcast(
+        self, partitions: Callable[[], Sequence[PartitionSpec]], msg: Message
+    ) -> list["AsyncAppend"]:
+        """Publish `msg` to every journal of `partitions()`, atomically: all journals or
+        none. Outside a transaction it is one transaction of its own (durable and committed
+        on return); inside one, it is part of that transaction."""
+        routes = [(p.name, content_type_of(p)) for p in partitions()]
+
+        def publish_all() -> list["AsyncAppend"]:
+            return [self.publish_uncommitted(_fixed_route(route), msg) for route in routes]
+
+        if self._in_transaction:
+            return publish_all()
+        with self.transaction():
+            appends = publish_all()
+        return appends
+
+    def append_messages(
+        self, mapping: Mapping, messages: Iterable[Message]
+    ) -> list["AppendResult"]:
+        """Publish a batch of messages, to any number of journals, as one atomic
+        transaction (or as part of the open one); returns where each landed, once durable
+        (and, outside a transaction, committed)."""
+        if self._in_transaction:
+            appends = [self.publish_uncommitted(mapping, m) for m in messages]
+            return [a.result() for a in appends]
+        with self.transaction():
+            appends = [self.publish_uncommitted(mapping, m) for m in messages]
+        return [a.result() for a in appends]
 
     def _publish(
-        self, mapping: Mapping, msg: Message, flags: Flags
+        self,
+        mapping: Mapping,
+        msg: Message,
+        flags: Flags,
+        before: Callable[[str, Framing, Message], None] | None = None,
     ) -> tuple[str, Framing, int, "AsyncAppend"]:
         if self._auto_clock:
             self.clock.update()
@@ -114,6 +266,8 @@ class Publisher:
                 "back first"
             )
         framing = for_content_type(content_type)
+        if before is not None:
+            before(journal, framing, msg)
         append = self.client.start_append(journal)
         try:
             # The UUID is stamped only while holding the journal's append order, so
@@ -183,13 +337,20 @@ class Publisher:
         return [a.result() for a in appends]
 
     @contextmanager
-    def transaction(self) -> Iterator["Publisher"]:
+    def transaction(
+        self, keepalive: float | timedelta | None = None
+    ) -> Iterator["Publisher"]:
         """Publish uncommitted inside the block; commit on exit, roll back on exception.
 
-        Commit waits for the transaction's messages, then appends and waits for its
-        ACKs. Each journal's ACK is atomic, but a crash between the ACKs of several
-        journals can commit some and not others: use a consumer (which checkpoints
-        its intents first) where atomicity across journals matters.
+        Commit waits for the transaction's messages, then commits them in every journal
+        written, atomically (see the class docstring). `keepalive`: a transaction that
+        publishes nothing for that long is rolled back by itself; publishing in it, or
+        leaving the block, then raises `TransactionExpired`.
+
+        Raises `FencedOut` (committing nothing) when a newer instance with the same
+        transactional id took over, and TransactionError when the commit's outcome is
+        unknown (its record may exist and be rolled forward later): this publisher then
+        refuses further transactions; make a new one.
         """
         if self._in_transaction:
             raise TransactionError("a transaction is already open on this publisher")
@@ -198,17 +359,197 @@ class Publisher:
                 "publish_uncommitted was used outside a transaction; "
                 f"acknowledge journals {sorted(self._pending)} first"
             )
+        self._check_usable()
+        seconds = keepalive.total_seconds() if isinstance(keepalive, timedelta) else keepalive
+        if seconds is not None and not seconds > 0:
+            raise ValueError(f"keepalive must be a positive duration, not {keepalive!r}")
         self._in_transaction = True
+        self._expired = None
+        if seconds is not None:
+            self._keepalive = _Keepalive(seconds, lambda: self._expire(seconds))
         try:
             try:
                 yield self
                 self.flush()
             except BaseException:
-                self.rollback()
+                with self._txn_lock:
+                    self._stop_keepalive()
+                    if self._expired is None and self._fenced is None:
+                        self.rollback()
                 raise
-            self.append_intents(self.build_ack_intents())
+            with self._txn_lock:
+                self._stop_keepalive()
+                if self._expired is not None:
+                    raise TransactionExpired(self._expired)
+                self._commit()
         finally:
+            self._stop_keepalive()
             self._in_transaction = False
+
+    def _stop_keepalive(self) -> None:
+        keepalive, self._keepalive = self._keepalive, None
+        if keepalive is not None:
+            keepalive.close()
+
+    def _expire(self, seconds: float) -> None:
+        """The keepalive fired: roll the open transaction back (from the keepalive thread)."""
+        with self._txn_lock:
+            if not self._in_transaction or self._keepalive is None:
+                return  # committed or rolled back meanwhile
+            self._keepalive = None
+            self._expired = (
+                f"{self!r}: the transaction published nothing for its keepalive of "
+                f"{seconds:g} s and was rolled back"
+            )
+            log.warning("%s", self._expired)
+            try:
+                self.rollback()
+            except Exception as exc:  # noqa: BLE001 - readers drop them anyway: never ACKed
+                log.warning("%r: rolling back the expired transaction failed: %s", self, exc)
+                self._pending.clear()
+
+    def _check_usable(self) -> None:
+        if self._fenced is not None:
+            raise FencedOut(self._fenced)
+        if self._expired is not None and self._in_transaction:
+            raise TransactionExpired(self._expired)
+        if self._broken is not None:
+            raise TransactionError(self._broken)
+
+    def _commit(self) -> None:
+        """Commit the open transaction (caller holds _txn_lock, messages are durable)."""
+        from oncelog.transactions import (
+            TransactionRecord,
+            append_intents,
+            retire,
+            settle,
+            write_pending,
+        )
+
+        journals = sorted(self._pending)
+        intents = self.build_ack_intents()
+        if self._log is not None:
+            self._write_record("commit", intents)  # FencedOut: no ACK is appended
+            self._finish(intents, append_intents, "the next instance with its id")
+            return
+        if len(intents) <= 1:
+            self.append_intents(intents)  # one journal: one atomic append
+            return
+        record = TransactionRecord("commit", intents, self.producer_id, self.clock.value)
+        try:
+            record = write_pending(self.client, record)
+        except BaseException as exc:
+            # The record may exist (a reply lost for good): a recoverer may append our
+            # ACKs at any time from now on, so this producer ID must never publish again.
+            self._rotate_producer()
+            raise TransactionError(
+                f"{self!r}: the commit over journals {journals} has an unknown outcome: "
+                f"its record could not be written ({exc}); `oncelog txns recover` finishes "
+                "it if the record exists, else nothing was committed"
+            ) from exc
+        self._finish(intents, append_intents, "`oncelog txns recover`")
+        try:
+            if settle(self.client, record, "publisher"):
+                retire(self.client, record)
+            else:
+                # A recoverer took the record: it may re-append our ACKs after we publish
+                # again, which would roll back newer messages of this producer ID.
+                self._rotate_producer()
+        except Exception as exc:  # noqa: BLE001 - committed; the record is only left over
+            log.warning("%r: retiring transaction record %s failed: %s", self, record.path, exc)
+            self._rotate_producer()
+
+    def _finish(self, intents: list[AckIntent], append: Any, who: str) -> None:
+        """Append the ACKs of a recorded commit; on failure the commit stays durable in its
+        record and is finished later by `who`."""
+        try:
+            append(self.client, intents)
+        except Exception as exc:
+            self._broken = (
+                f"{self!r}: a commit is recorded but its ACKs could not all be appended "
+                f"({exc}); it is committed, and {who} finishes it. Make a new publisher"
+            )
+            self._rotate_producer()
+            raise TransactionError(self._broken) from exc
+
+    def _rotate_producer(self) -> None:
+        """Continue under a new producer ID (with no acknowledged clocks)."""
+        with self._lock:
+            self.producer_id = new_producer_id()
+            self._acked = {}
+        self._templates = {}
+
+    # -- transactional ids ------------------------------------------------------------------
+
+    def _take_over(self) -> None:
+        """Become the owner of our transactional id: fence the previous instance by writing
+        the record after its last one, then roll its last commit forward and its
+        uncommitted leftovers back (both harmless if already done)."""
+        from oncelog.transactions import TransactionRecord, append_intents
+
+        assert self._log is not None
+        for _ in range(RECOVERY_ATTEMPTS):
+            seq, previous = self._log.latest()
+            fence = TransactionRecord("fence", producer=self.producer_id, clock=self.clock.value)
+            if self._log.write(seq + 1, fence):
+                break
+        else:
+            raise FencedOut(
+                f"{self!r} could not take over its transactional id: other instances wrote "
+                f"{RECOVERY_ATTEMPTS} records meanwhile"
+            )
+        self._seq = seq + 1
+        if previous is not None:
+            if previous.intents:
+                log.info("%r: rolling forward the last commit of %s", self, previous.producer.hex())
+            append_intents(self.client, previous.intents)
+            append_intents(self.client, previous.rollbacks)
+
+    def _write_record(self, kind: str, intents: list[AckIntent]) -> None:
+        """Write our next record (caller holds _txn_lock); FencedOut if another instance
+        of our id wrote one first."""
+        from oncelog.transactions import TransactionRecord
+
+        assert self._log is not None
+        record = TransactionRecord(
+            kind,
+            intents,
+            self.producer_id,
+            self.clock.value,
+            acked=dict(self._acked),
+            journals=sorted(self._templates),
+            rollbacks=self._rollback_everywhere(),
+        )
+        try:
+            won = self._log.write(self._seq + 1, record)
+        except Exception as exc:
+            self._broken = (
+                f"{self!r}: writing record {self._seq + 1} of transactional id "
+                f"{self.transactional_id!r} failed with an unknown outcome ({exc}); make a "
+                "new publisher with the id: it finishes or rolls back this one's work"
+            )
+            raise TransactionError(self._broken) from exc
+        if not won:
+            self._fenced = (
+                f"{self!r} is fenced out: another instance with transactional id "
+                f"{self.transactional_id!r} took over; this {kind} was not committed"
+            )
+            self._pending.clear()
+            raise FencedOut(self._fenced)
+        self._seq += 1
+        if self._seq % self._log.keep == 0:
+            self._log.prune()
+
+    def _rollback_everywhere(self) -> list[AckIntent]:
+        """Per journal we ever wrote uncommitted: an ACK re-asserting our last acknowledged
+        clock there (just below our first message where we never acknowledged), which
+        discards whatever we publish there after this point unless a later ACK commits it."""
+        out = []
+        for journal, template in self._templates.items():
+            clock = self._acked.get(journal, template.first_clock - 1)
+            template.ack.set_uuid(build_uuid(self.producer_id, clock, Flags.ACK_TXN))
+            out.append(AckIntent(journal, template.framing.marshal(template.ack)))
+        return out
 
     def rollback(self) -> None:
         """Discard messages published uncommitted since the last acknowledgement."""
@@ -216,7 +557,8 @@ class Publisher:
             self.append_intents(self.build_rollback_intents())
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every message this publisher appended is durable (raises the first failure)."""
+        """Wait until every message this publisher appended is durable (raises the first
+        failure)."""
         with self._lock:
             outstanding = list(self._outstanding)
             self._outstanding.clear()

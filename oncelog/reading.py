@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Literal
 
 from oncelog.framing import FrameDecodeError, decode_batches, for_content_type
 from oncelog.framing.base import batch_built, gc_paused
@@ -51,11 +51,14 @@ def _resolve_offset(journal: str, position: Position) -> int:
     if isinstance(position, Envelope):
         if position.journal != journal:
             raise ValueError(
-                f"cannot start reading journal {journal!r} after an envelope of {position.journal!r}"
+                f"cannot start reading journal {journal!r} after an envelope of "
+                f"{position.journal!r}"
             )
         return position.end
     if isinstance(position, bool) or not isinstance(position, int) or position < -1:
-        raise ValueError(f"read offset of journal {journal!r} must be an int >= -1, not {position!r}")
+        raise ValueError(
+            f"read offset of journal {journal!r} must be an int >= -1, not {position!r}"
+        )
     return position
 
 
@@ -97,7 +100,7 @@ def read_uncommitted(
     on_error: OnError = "raise",
     chunk_size: int = DEFAULT_CHUNK,
     on_open: Callable[[Any], None] | None = None,
-) -> Iterator[Envelope]:
+) -> Generator[Envelope, None, None]:
     """Every message of `journal` from `offset` on, committed or not, with its byte range.
 
     Stops at the write head (or at `end`), or tails new appends with `block=True`
@@ -124,7 +127,7 @@ def read_uncommitted_batches(
     chunk_size: int = DEFAULT_CHUNK,
     on_open: Callable[[Any], None] | None = None,
     prime: bool = True,
-) -> Iterator[list[Envelope]]:
+) -> Generator[list[Envelope], None, None]:
     """`read_uncommitted`, a decoded chunk (a list of envelopes) at a time: the fast path
     for code that sequences or processes batches itself. With `prime=True` the batch's
     UUIDs are parsed in bulk first (`oncelog.message.prime_ids`)."""
@@ -177,7 +180,7 @@ def read_committed(
     on_error: OnError = "raise",
     chunk_size: int = DEFAULT_CHUNK,
     on_open: Callable[[Any], None] | None = None,
-) -> Iterator[Envelope]:
+) -> Generator[Envelope, None, None]:
     """The committed messages of `journal` from `offset` on, each exactly once, in commit order.
 
     Duplicates and rolled-back transactions are dropped; a transaction whose

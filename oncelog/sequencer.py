@@ -23,16 +23,26 @@ from datetime import timedelta
 from typing import Any
 
 from oncelog import _native
-from oncelog.message import PRODUCER_ID_LEN, Envelope, Flags
+from oncelog.errors import OncelogError
+from oncelog.message import (
+    ACK_TXN,
+    CONTINUE_TXN,
+    OUTSIDE_TXN,
+    PRODUCER_ID_LEN,
+    Envelope,
+    Flags,
+)
 
 __all__ = [
-    "QueueOutcome",
     "ProducerState",
+    "QueueOutcome",
+    "ReplayError",
+    "ReplayFunc",
+    "ReplayRequired",
     "Sequencer",
     "SequencerError",
-    "ReplayError",
-    "ReplayRequired",
-    "ReplayFunc",
+    "SequencingKernel",
+    "decide_outcome",
 ]
 
 _log = logging.getLogger(__name__)
@@ -40,13 +50,7 @@ _log = logging.getLogger(__name__)
 ReplayFunc = Callable[[str, int, int], Iterable[Envelope]]
 """`replay(journal, begin, end)`: the read-uncommitted envelopes of `journal` in `[begin, end)`."""
 
-# Flag values (oncelog.message.Flags) as plain ints: compared on every message.
-_OUTSIDE_TXN = 0
-_CONTINUE_TXN = 1
-_ACK_TXN = 2
-
-
-class SequencerError(RuntimeError):
+class SequencerError(OncelogError, RuntimeError):
     """The Sequencer was used out of order (e.g. queued while committed messages remain)."""
 
 
@@ -181,18 +185,55 @@ class ProducerState:
             raise ValueError(f"not a ProducerState: {d!r} ({exc})") from None
 
 
+def decide_outcome(
+    min_clock: int, max_clock: int, span_open: bool, clock: int, flags: int
+) -> QueueOutcome:
+    """The sequencing rules, once: Gazette's QueueUncommitted decision, without side effects.
+
+    For a message `(clock, flags)` (clock > 0) of a producer whose state is: last
+    acknowledged clock `min_clock`, largest pending clock `max_clock` (>= min_clock), and
+    whether a transaction is open (`span_open`). Unknown flags count as OUTSIDE_TXN. An
+    ACK committing an open transaction is ACK_COMMIT_RING here: whoever holds the
+    transaction's messages says whether they must be re-read (ACK_COMMIT_REPLAY).
+    `SequencingKernel.decide` and the Spark planner's `SplitCommitter` both decide
+    through this function.
+    """
+    if flags == CONTINUE_TXN:
+        if clock <= max_clock:
+            return _CONTINUE_ALREADY_ACKED if clock <= min_clock else _CONTINUE_TXN_CLOCK_LARGER
+        return _CONTINUE_EXTEND_SPAN if span_open else _CONTINUE_BEGIN_SPAN
+    if flags == ACK_TXN:
+        if clock <= min_clock:
+            return _ACK_ROLLBACK
+        return _ACK_COMMIT_RING if span_open else _ACK_EMPTY
+    if clock <= min_clock:
+        return _OUTSIDE_ALREADY_ACKED
+    return _OUTSIDE_COMMIT
+
+
 class _Partial:
-    """A producer's partial, unacknowledged sequence within one journal.
+    """A producer's partial, unacknowledged sequence within one journal (a kernel record).
 
     Messages with clocks in (min_clock, max_clock] are pending; `begin` is the
-    offset of the first (or -1); ring_start..ring_stop link those still in the ring.
+    offset of the first (or -1: no transaction open); ring_start..ring_stop link
+    those still in the ring (-1: none). `tracked` is False until the kernel files
+    the record in its table (a record `decide` made up for a new producer).
     """
 
     __slots__ = (
-        "journal", "producer", "min_clock", "max_clock", "begin", "ring_start", "ring_stop"
+        "begin",
+        "journal",
+        "max_clock",
+        "min_clock",
+        "producer",
+        "ring_start",
+        "ring_stop",
+        "tracked",
     )
 
-    def __init__(self, journal: str, producer: bytes, last_ack: int, begin: int) -> None:
+    def __init__(
+        self, journal: str, producer: bytes, last_ack: int, begin: int, tracked: bool = True
+    ) -> None:
         self.journal = journal
         self.producer = producer
         self.min_clock = last_ack
@@ -200,6 +241,7 @@ class _Partial:
         self.begin = begin
         self.ring_start = -1
         self.ring_stop = -1
+        self.tracked = tracked
 
     def __repr__(self) -> str:
         return (
@@ -228,25 +270,48 @@ def _horizon_ns(prune_horizon: timedelta | float | int) -> int:
     return ns
 
 
-class Sequencer:
-    """Turns read-uncommitted envelopes into read-committed ones (Gazette's semantics).
+class SequencingKernel:
+    """The sequencing state and its one set of rules: decide, then apply (Gazette's shape).
 
-    Per message: `queue_uncommitted(env)`, then, if the outcome commits, `step()`
-    until it returns None. Or hand a batch to `sequence()` / `committed()`.
+    The kernel owns, and nothing else writes (bar the optional C loop of
+    `Sequencer.sequence`, which performs the same applications on these same objects):
+
+    - the ring: `_ring[i]` an envelope, `_next[i]` the ring index of the next envelope
+      of the same partial sequence (-1: none), `_owner[i]` the `_Partial` it was queued
+      under; `_head` the slot the next queued envelope takes, `_size` the ring's length.
+    - the per-producer table `_partials`: journal -> producer -> `_Partial`.
+    - `_offsets`: journal -> read-through offset (where a restart resumes reading).
+    - `_pending`: partials whose transaction began since the last checkpoint.
+    - the committed sequence being stepped through: `_emit` (its partial, or None),
+      `_dequeued` / `_dequeued_clock` (the envelope `step()` last returned) and
+      `_replay_it` (a replay being read, or None).
+
+    Invariants, between calls: a partial's `ring_start..ring_stop` chain links, through
+    `_next`, ring slots `_owner`ed by it, in queue order; `ring_start == -1` iff
+    `ring_stop == -1`. A slot no partial's chain starts at is never read again, so
+    reusing it needs no unlinking (`_evict_start` unlinks the one that is).
+    `min_clock <= max_clock`; `begin == -1` iff no transaction of the producer is open,
+    and then nothing of it is in `_pending`.
+
+    Per envelope, `queue_uncommitted(env)` evicts the ring slot at the head, decides
+    the outcome (`decide_outcome`, the rules; `decide(env)` alone changes nothing), then
+    applies it; after a commit outcome `_emit` is set and
+    `step()` hands out the committed envelopes until it returns None, which moves the
+    offsets past the committing envelope and clears `_emit`.
     """
 
     __slots__ = (
-        "_offsets",
-        "_partials",
-        "_pending",
-        "_emit",
         "_dequeued",
         "_dequeued_clock",
+        "_emit",
+        "_head",
+        "_next",
+        "_offsets",
+        "_owner",
+        "_partials",
+        "_pending",
         "_replay_it",
         "_ring",
-        "_next",
-        "_owner",
-        "_head",
         "_size",
     )
 
@@ -278,8 +343,6 @@ class Sequencer:
         self._dequeued: Envelope | None = None
         self._dequeued_clock = 0
         self._replay_it: Iterator[Envelope] | None = None
-        # The ring: envelopes, the next ring index of the same producer's sequence
-        # (-1: none), and the partial each envelope was queued under.
         self._ring: list[Envelope | None] = [None] * size
         self._next: list[int] = [-1] * size
         self._owner: list[_Partial | None] = [None] * size
@@ -287,29 +350,6 @@ class Sequencer:
         self._size = size
 
     # ------------------------------------------------------------------ queries
-
-    @property
-    def dequeued(self) -> Envelope | None:
-        """The committed envelope `step()` last returned, until the sequence is drained."""
-        return self._dequeued
-
-    @property
-    def offsets(self) -> dict[str, int]:
-        """A copy of the read-through offsets: where to resume reading each journal."""
-        return dict(self._offsets)
-
-    @property
-    def buffer(self) -> int:
-        """The ring's size in envelopes."""
-        return self._size
-
-    def has_pending(self) -> bool:
-        """True if a transaction begun since the last `checkpoint()` is still open.
-
-        Assuming producers are alive, it hints that more messages are coming, so
-        a consumer may wait for them before closing its own transaction.
-        """
-        return bool(self._pending)
 
     def replay_range(self) -> tuple[str, int, int]:
         """The journal and `[begin, end)` offsets to replay before stepping on."""
@@ -324,95 +364,129 @@ class Sequencer:
         end = self._ring[emit.ring_start].begin  # type: ignore[union-attr]
         return emit.journal, emit.begin, end
 
-    # ----------------------------------------------------------------- queueing
+    # ------------------------------------------------------ decide, then apply
+
+    def decide(self, env: Envelope) -> tuple[QueueOutcome, _Partial]:
+        """What queueing `env` next would do, and the partial it applies to; changes nothing.
+
+        The decision phase of `queue_uncommitted`, on its own. The partial of a producer
+        new to its journal is a fresh, untracked record (queueing files it). A nil UUID
+        (zero clock) is never tracked: always OUTSIDE_COMMIT, with a throwaway record. An
+        ACK commit is ACK_COMMIT_REPLAY when the transaction's first message is no longer
+        in the ring, or is in the slot at the head (which queueing `env` reuses).
+        """
+        producer, clock, flags = env._ids or env.ids  # .ids without a property call
+        if not clock:
+            return _OUTSIDE_COMMIT, _Partial(env.journal, producer, 0, -1, False)
+        by_producer = self._partials.get(env.journal)
+        p = by_producer.get(producer) if by_producer is not None else None
+        if p is None:
+            p = _Partial(env.journal, producer, clock - 1, -1, False)
+        outcome = decide_outcome(p.min_clock, p.max_clock, p.begin != -1, clock, flags)
+        if outcome is _ACK_COMMIT_RING:
+            start = p.ring_start
+            if (
+                start == -1
+                or start == self._head
+                or self._ring[start].begin != p.begin  # type: ignore[union-attr]
+            ):
+                outcome = _ACK_COMMIT_REPLAY  # all or part left the ring
+        return outcome, p
 
     def queue_uncommitted(self, env: Envelope) -> QueueOutcome:
-        """Apply the next read-uncommitted envelope; returns what was decided.
+        """Queue the next read-uncommitted envelope: evict the head, decide, then apply.
 
-        Raises SequencerError if committed messages remain to `step()` through.
+        The outcome is exactly `decide(env)`'s. Afterwards: non-commit outcomes moved
+        the journal's offset past `env`; commit outcomes (`outcome.commits`) set `_emit`
+        to the producer's partial, with `max_clock` the committing clock, and leave the
+        offset for the final `step()` to move, so that a checkpoint taken meanwhile
+        queues `env` again on restart. Raises SequencerError if committed messages
+        remain to `step()` through.
         """
         if self._emit is not None:
             self._raise_busy("queue_uncommitted", env)
+        ring, nxt, owner = self._ring, self._next, self._owner
         head = self._head
-        o = self._owner[head]
+        o = owner[head]  # evict_head()
         if o is not None and o.ring_start == head:
             self._evict_start(o, head)
 
-        producer, clock, flags = env._ids or env.ids  # .ids without a property call
+        # Decide: decide(env), inlined (no mutation up to the outcome).
+        producer, clock, flags = env._ids or env.ids
         journal = env.journal
         if clock:
             try:
                 p = self._partials[journal][producer]
             except KeyError:
-                p = self._partials.setdefault(journal, {})[producer] = _Partial(
-                    journal, producer, clock - 1, -1
-                )
+                p = _Partial(journal, producer, clock - 1, -1, False)
+            outcome = decide_outcome(p.min_clock, p.max_clock, p.begin != -1, clock, flags)
+            if outcome is _ACK_COMMIT_RING:
+                start = p.ring_start
+                first = ring[start] if start != -1 and start != head else None
+                if first is None or first.begin != p.begin:
+                    outcome = _ACK_COMMIT_REPLAY  # all or part left the ring
         else:
-            # Zero clock (the nil UUID): committed at once, never tracked.
-            p = _Partial(journal, producer, 0, -1)
-            flags = _OUTSIDE_TXN
-            clock = 1
+            outcome, p = _OUTSIDE_COMMIT, _Partial(journal, producer, 0, -1, False)
 
-        if flags == _CONTINUE_TXN:
-            if clock <= p.max_clock:
-                self._offsets[journal] = env.end
-                if clock <= p.min_clock:
-                    return _CONTINUE_ALREADY_ACKED
-                return _CONTINUE_TXN_CLOCK_LARGER
-            if p.begin == -1:
-                outcome = _CONTINUE_BEGIN_SPAN
-                p.begin = env.begin
-                self._pending.add(p)
-            else:
-                outcome = _CONTINUE_EXTEND_SPAN
-            self._add_at_head(env, p)  # linked after the span's last entry
-            p.max_clock = clock
-            self._offsets[journal] = env.end
-            return outcome
-
-        if flags == _ACK_TXN:
-            if clock <= p.min_clock:
+        # Apply.
+        if not p.tracked and clock:
+            self._partials.setdefault(journal, {})[producer] = p
+            p.tracked = True
+        commit = True
+        if outcome is _CONTINUE_EXTEND_SPAN:
+            commit = False
+        elif outcome is _OUTSIDE_COMMIT:
+            if clock:
+                if flags != OUTSIDE_TXN:
+                    self._warn(env, p, clock, flags, "unexpected UUID flags: handled as"
+                               " OUTSIDE_TXN")
+                if p.begin != -1:
+                    self._warn(env, p, clock, flags, "OUTSIDE_TXN after a pending"
+                               " CONTINUE_TXN (mixed committed and uncommitted publishing?):"
+                               " rolled back")
+            # Any pending span is deliberately clobbered: an implicit rollback.
+            p.begin = env.begin
+            p.ring_stop = -1
+        elif outcome is _CONTINUE_BEGIN_SPAN:
+            commit = False
+            p.begin = env.begin
+            self._pending.add(p)
+        elif outcome is _ACK_EMPTY:
+            p.begin = env.begin
+        elif outcome is not _ACK_COMMIT_RING and outcome is not _ACK_COMMIT_REPLAY:
+            # Outcomes that leave the ring alone: *_ALREADY_ACKED, CONTINUE_TXN_CLOCK_LARGER,
+            # ACK_ROLLBACK.
+            if outcome is _ACK_ROLLBACK:
                 if clock < p.min_clock:
-                    # An upstream consumer recovered an older checkpoint and re-sent
-                    # its ACKs: fall back to at-least-once for the interval, as
-                    # Gazette does, rather than never deliver what follows.
-                    self._warn(env, p, clock, flags, "ACK_TXN clock is less than the last ACK"
-                               " (loss of exactly-once semantics)", logging.ERROR)
+                    # An upstream consumer recovered an older checkpoint and re-sent its
+                    # ACKs: fall back to at-least-once for the interval, as Gazette does,
+                    # rather than never deliver what follows.
+                    self._warn(env, p, clock, flags, "ACK_TXN clock is less than the last"
+                               " ACK (loss of exactly-once semantics)", logging.ERROR)
                 # Roll back to this ACK, discarding any pending span.
                 p.min_clock = p.max_clock = clock
                 p.begin = p.ring_start = p.ring_stop = -1
                 self._pending.discard(p)
-                self._offsets[journal] = env.end
-                return _ACK_ROLLBACK
-            if p.begin == -1:
-                outcome = _ACK_EMPTY
-                self._add_at_head(env, p)
-                p.begin = env.begin
-            else:
-                start = p.ring_start
-                if start == -1 or p.begin != self._ring[start].begin:  # type: ignore[union-attr]
-                    outcome = _ACK_COMMIT_REPLAY  # all or part left the ring
-                else:
-                    outcome = _ACK_COMMIT_RING
-                self._add_at_head(env, p)
+            self._offsets[journal] = env.end
+            return outcome
+        # Every other outcome puts `env` in the ring slot at the head, linked after the
+        # last entry of p's chain (an OUTSIDE_COMMIT starts a chain of its own).
+        ring[head] = env
+        nxt[head] = -1
+        owner[head] = p
+        stop = p.ring_stop
+        if stop == -1:
+            p.ring_start = head
         else:
-            if flags != _OUTSIDE_TXN:
-                self._warn(env, p, clock, flags, "unexpected UUID flags: handled as OUTSIDE_TXN")
-            if clock <= p.min_clock:
-                self._offsets[journal] = env.end
-                return _OUTSIDE_ALREADY_ACKED
-            if p.begin != -1:
-                self._warn(env, p, clock, flags, "OUTSIDE_TXN after a pending CONTINUE_TXN"
-                           " (mixed committed and uncommitted publishing?): rolled back")
-            outcome = _OUTSIDE_COMMIT
-            self._add_at_head(env, p)
-            # Any pending span is deliberately clobbered: an implicit rollback.
-            p.begin = env.begin
-            p.ring_start = p.ring_stop
-        # A commit, through `clock`: pending messages with larger clocks are dropped.
-        # Offsets move only once the sequence is stepped through, so that a
-        # sequencer recovered from a checkpoint taken meanwhile queues this again.
+            nxt[stop] = head
+        p.ring_stop = head
+        head += 1
+        self._head = 0 if head == self._size else head
         p.max_clock = clock
+        if not commit:
+            self._offsets[journal] = env.end
+            return outcome
+        # A commit, through `clock`: pending messages with larger clocks are dropped.
         self._emit = p
         return outcome
 
@@ -426,11 +500,7 @@ class Sequencer:
         )
 
     def _evict_start(self, p: _Partial, head: int) -> None:
-        """The ring slot `head`, about to be reused, holds the start of `p`'s sequence.
-
-        (Slots themselves are simply overwritten when reused: a slot no partial
-        sequence starts at is never read again.)
-        """
+        """The ring slot `head`, about to be reused, holds the start of `p`'s sequence."""
         nxt = self._next[head]
         if (p.ring_start == p.ring_stop) != (nxt == -1):
             raise SequencerError(
@@ -440,20 +510,6 @@ class Sequencer:
             p.ring_start = p.ring_stop = -1  # nothing of it is left in the ring
         else:
             p.ring_start = nxt
-
-    def _add_at_head(self, env: Envelope, p: _Partial) -> None:
-        """Put `env` in the ring slot at the head, linked after `p`'s last entry there."""
-        head = self._head
-        self._ring[head] = env
-        self._next[head] = -1
-        self._owner[head] = p
-        if p.ring_stop == -1:
-            p.ring_start = head
-        else:
-            self._next[p.ring_stop] = head
-        p.ring_stop = head
-        head += 1
-        self._head = 0 if head == self._size else head
 
     def _warn(
         self, env: Envelope, p: _Partial, clock: int, flags: int, what: str,
@@ -478,17 +534,21 @@ class Sequencer:
     def step(self) -> Envelope | None:
         """The next committed envelope, or None once the committed sequence is drained.
 
-        Reaching None moves the offsets past the committing message. After
-        ACK_COMMIT_REPLAY, `start_replay()` must come first.
+        Each call first counts the envelope it last returned as processed
+        (`min_clock` moves to its clock). Reaching None moves the offsets past the
+        committing message, sets `max_clock = min_clock`, closes the span (`begin`,
+        `ring_start`, `ring_stop` -1) and clears `_emit`. After ACK_COMMIT_REPLAY,
+        `start_replay()` must come first.
         """
         emit = self._emit
         if emit is None:
             return None
         ring = self._ring
         dequeued = self._dequeued
+        replay_it = self._replay_it
+        start = emit.ring_start
         if dequeued is None:
-            first = ring[emit.ring_start]
-            if self._replay_it is None and emit.begin != first.begin:  # type: ignore[union-attr]
+            if replay_it is None and emit.begin != ring[start].begin:  # type: ignore[union-attr]
                 journal, begin, end = self.replay_range()
                 raise SequencerError(
                     f"step(): a replay of journal {journal!r} offsets [{begin}, {end}) must be"
@@ -497,15 +557,15 @@ class Sequencer:
         else:
             emit.min_clock = self._dequeued_clock  # the dequeued envelope was processed
 
-        while emit.ring_start != -1:
-            if self._replay_it is None:
-                env = ring[emit.ring_start]
-                emit.ring_start = self._next[emit.ring_start]
+        while start != -1:
+            if replay_it is None:
+                env = ring[start]
+                start = emit.ring_start = self._next[start]
             else:
                 try:
-                    env = next(self._replay_it)
+                    env = next(replay_it)
                 except StopIteration:
-                    self._replay_it = None  # replay drained: carry on from the ring
+                    replay_it = self._replay_it = None  # replay drained: carry on from the ring
                     continue
                 self._check_replayed(env, emit)
                 replayed_producer, replayed_clock, _ = env._ids or env.ids
@@ -573,6 +633,7 @@ class Sequencer:
                 # Clock units are 100 ns, above 4 bits of sequence counter.
                 bound = newest - ((horizon // 100) << 4)
                 for producer in [pr for pr, p in by_producer.items() if p.max_clock < bound]:
+                    by_producer[producer].tracked = False
                     del by_producer[producer]
             for producer, p in by_producer.items():
                 states.append(ProducerState(journal, producer, p.min_clock, p.begin))
@@ -595,6 +656,76 @@ class Sequencer:
 
     # ------------------------------------------------------------------ batches
 
+    def _sequence(
+        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None, acks: bool = True
+    ) -> Iterator[Envelope]:
+        """The batch path: evict, decide, apply and step per envelope, with the kernel in
+        exactly the per-call state at every yield."""
+        queue, step = self.queue_uncommitted, self.step
+        for env in envelopes:
+            outcome = queue(env)
+            if self._emit is None:
+                continue
+            if outcome is _ACK_COMMIT_REPLAY:
+                j, begin, end = self.replay_range()
+                if replay is None:
+                    raise ReplayRequired(j, begin, end)
+                self._replay_it = iter(replay(j, begin, end))
+            while (committed := step()) is not None:
+                if not acks and (committed._ids or committed.ids)[2] == ACK_TXN:
+                    continue
+                yield committed
+                if self._dequeued is not committed:
+                    self._raise_interfered()
+
+    def _sequence_one(
+        self, env: Envelope, replay: ReplayFunc | None, acks: bool
+    ) -> Iterator[Envelope]:
+        """`_sequence` of one envelope: the outcomes the C loop of `Sequencer.sequence`
+        hands back to Python (its ring slot is evicted already; evicting is idempotent)."""
+        return self._sequence((env,), replay, acks)
+
+    def _raise_interfered(self) -> None:
+        raise SequencerError(
+            "sequence(): the sequencer was stepped while this iterator was suspended; it"
+            " stops here (carry on with step())"
+        )
+
+
+class Sequencer(SequencingKernel):
+    """Turns read-uncommitted envelopes into read-committed ones (Gazette's semantics).
+
+    Per message: `queue_uncommitted(env)`, then, if the outcome commits, `step()`
+    until it returns None. Or hand a batch to `sequence()` / `committed()`. The state
+    and the rules are those of `SequencingKernel`; a Sequencer adds the batch API
+    (with its optional C loop) and read-only views.
+    """
+
+    __slots__ = ()
+
+    @property
+    def dequeued(self) -> Envelope | None:
+        """The committed envelope `step()` last returned, until the sequence is drained."""
+        return self._dequeued
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """A copy of the read-through offsets: where to resume reading each journal."""
+        return dict(self._offsets)
+
+    @property
+    def buffer(self) -> int:
+        """The ring's size in envelopes."""
+        return self._size
+
+    def has_pending(self) -> bool:
+        """True if a transaction begun since the last `checkpoint()` is still open.
+
+        Assuming producers are alive, it hints that more messages are coming, so
+        a consumer may wait for them before closing its own transaction.
+        """
+        return bool(self._pending)
+
     def sequence(
         self,
         envelopes: Iterable[Envelope],
@@ -616,175 +747,6 @@ class Sequencer:
         if native is not None and type(self) is Sequencer:
             return native.Sequence(self, envelopes, replay, acks)  # the same loop, in C
         return self._sequence(envelopes, replay, acks)
-
-    def _sequence(
-        self, envelopes: Iterable[Envelope], replay: ReplayFunc | None, acks: bool = True
-    ) -> Iterator[Envelope]:
-        # The common outcomes are inlined here; everything else goes through
-        # queue_uncommitted and step. At every yield the sequencer is exactly as
-        # queue_uncommitted + step would leave it. `head` mirrors self._head.
-        ring, nxt, owner = self._ring, self._next, self._owner
-        size = self._size
-        offsets = self._offsets
-        partials = self._partials
-        pending = self._pending
-        journal: str | None = None
-        by_producer: dict[bytes, _Partial] = {}
-        head = self._head
-        ack = Flags.ACK_TXN
-        for env in envelopes:
-            o = owner[head]  # evict at head, as queue_uncommitted does
-            if o is not None and o.ring_start == head:
-                self._evict_start(o, head)
-
-            # Envelope.ids, without a property call when already parsed.
-            producer, clock, flags = env._ids or env.ids
-            if env.journal != journal:
-                journal = env.journal
-                by_producer = partials.get(journal)  # type: ignore[assignment]
-                if by_producer is None:
-                    by_producer = partials[journal] = {}
-            try:
-                p = by_producer[producer]
-            except KeyError:
-                p = None
-
-            if p is not None and clock:
-                if flags == _CONTINUE_TXN:
-                    if clock > p.max_clock:  # CONTINUE_BEGIN_SPAN or _EXTEND_SPAN
-                        if p.begin == -1:
-                            p.begin = env.begin
-                            pending.add(p)
-                        ring[head] = env
-                        nxt[head] = -1
-                        owner[head] = p
-                        stop = p.ring_stop
-                        if stop == -1:
-                            p.ring_start = head
-                        else:
-                            nxt[stop] = head
-                        p.ring_stop = head
-                        head += 1
-                        if head == size:
-                            head = 0
-                        self._head = head
-                        p.max_clock = clock
-                    # else CONTINUE_ALREADY_ACKED or CONTINUE_TXN_CLOCK_LARGER.
-                    offsets[journal] = env.end
-                    continue
-
-                if flags == _OUTSIDE_TXN and p.begin == -1:
-                    if clock <= p.min_clock:  # OUTSIDE_ALREADY_ACKED
-                        offsets[journal] = env.end
-                        continue
-                    # OUTSIDE_COMMIT of a lone message, stepped at once.
-                    ring[head] = env
-                    nxt[head] = -1
-                    owner[head] = p
-                    p.ring_stop = head
-                    p.begin = env.begin
-                    p.max_clock = clock
-                    head += 1
-                    if head == size:
-                        head = 0
-                    self._head = head
-                    self._emit = p
-                    self._dequeued = env
-                    self._dequeued_clock = clock
-                    yield env
-                    if self._dequeued is not env:
-                        self._raise_interfered()
-                    # The final step(): the sequence is drained.
-                    p.min_clock = clock
-                    p.begin = p.ring_stop = -1
-                    offsets[journal] = env.end
-                    self._emit = self._dequeued = None
-                    self._dequeued_clock = 0
-                    continue
-
-                if flags == _ACK_TXN:
-                    mn = p.min_clock
-                    if clock == mn:  # ACK_ROLLBACK
-                        p.max_clock = clock
-                        p.begin = p.ring_start = p.ring_stop = -1
-                        pending.discard(p)
-                        offsets[journal] = env.end
-                        continue
-                    start = p.ring_start
-                    if (
-                        clock > mn
-                        and start != -1
-                        and ring[start].begin == p.begin  # type: ignore[union-attr]
-                    ):
-                        # ACK_COMMIT_RING: add the ACK, then step its sequence.
-                        ring[head] = env
-                        nxt[head] = -1
-                        owner[head] = p
-                        nxt[p.ring_stop] = head
-                        p.ring_stop = head
-                        head += 1
-                        if head == size:
-                            head = 0
-                        self._head = head
-                        p.max_clock = clock
-                        self._emit = p
-                        i = start
-                        while i != -1:
-                            e: Envelope = ring[i]  # type: ignore[assignment]
-                            i = nxt[i]
-                            c = (e._ids or e.ids)[1]
-                            if c <= mn or c > clock:
-                                continue  # a duplicate, or not committed by this ACK
-                            if e is env and not acks and flags is ack:
-                                p.min_clock = mn = c  # as if yielded and stepped past
-                                continue
-                            p.ring_start = i
-                            p.begin = e.begin
-                            self._dequeued = e
-                            self._dequeued_clock = c
-                            yield e
-                            if self._dequeued is not e:
-                                self._raise_interfered()
-                            p.min_clock = mn = c
-                        p.max_clock = mn
-                        p.begin = p.ring_start = p.ring_stop = -1
-                        pending.discard(p)
-                        offsets[journal] = env.end
-                        self._emit = self._dequeued = None
-                        self._dequeued_clock = 0
-                        continue
-
-            # Everything else: nil UUIDs, new producers, ACK_EMPTY, replays,
-            # rollbacks below the last ACK, unknown flags, mixed OUTSIDE_TXN.
-            yield from self._sequence_one(env, replay, acks)
-            head = self._head
-
-    def _sequence_one(
-        self, env: Envelope, replay: ReplayFunc | None, acks: bool
-    ) -> Iterator[Envelope]:
-        """`queue_uncommitted(env)`, then what it commits, a `step()` at a time: the
-        uncommon outcomes of `sequence()` (the C loop hands them here too)."""
-        outcome = self.queue_uncommitted(env)  # (an eviction at head is done already)
-        if self._emit is None:
-            return
-        if outcome is _ACK_COMMIT_REPLAY:
-            j, begin, end = self.replay_range()
-            if replay is None:
-                raise ReplayRequired(j, begin, end)
-            self._replay_it = iter(replay(j, begin, end))
-        ack = Flags.ACK_TXN
-        while (committed := self.step()) is not None:
-            if not acks and (committed._ids or committed.ids)[2] is ack:
-                continue
-            yield committed
-            if self._dequeued is not committed:
-                self._raise_interfered()
-
-    def _raise_interfered(self) -> None:
-        raise SequencerError(
-            "sequence(): the sequencer was stepped while this iterator was suspended; it"
-            " stops here (carry on with step())"
-        )
 
     def committed(
         self,
@@ -810,4 +772,4 @@ class Sequencer:
 
 
 if _native.speedups is not None:
-    _native.speedups.configure_sequencer(Sequencer, _Partial, Flags.ACK_TXN)
+    _native.speedups.configure_sequencer(SequencingKernel, _Partial, Flags.ACK_TXN)

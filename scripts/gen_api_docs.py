@@ -23,18 +23,22 @@ API_MD = ROOT / "docs" / "api.md"
 
 MODULES: tuple[tuple[str, str], ...] = (
     ("oncelog", "the everyday names, re-exported"),
+    ("oncelog.errors", "the root of every oncelog error, and fencing"),
     ("oncelog.message", "message UUIDs, clocks, flags, envelopes, ready message types"),
     ("oncelog.labels", "label sets and Gazette label selectors"),
     ("oncelog.framing", "content types and frame codecs"),
     ("oncelog.journal", "journals, fragments, stores and the journal client"),
     ("oncelog.mapping", "partition mappings"),
     ("oncelog.publisher", "committed and transactional publishing"),
+    ("oncelog.transactions", "transaction records: atomic commits across journals"),
     ("oncelog.sequencer", "read-committed sequencing"),
     ("oncelog.reading", "read-uncommitted and read-committed iterators"),
     ("oncelog.merge", "reading many journals as one stream"),
     ("oncelog.consumer", "exactly-once consumers and consumer groups"),
     ("oncelog.testing", "hypothesis strategies, reference model, checks for users' tests"),
+    ("oncelog.testing.faults", "fault injection: a failing S3 proxy, pausing, killing processes"),
     ("oncelog.spark", "the PySpark data source"),
+    ("oncelog.streaming", "the streaming node's Python client (Produce/Consume over gRPC)"),
     ("oncelog.options", "argument parsing shared by the demo and examples (`-o KEY=VALUE`)"),
     ("oncelog.cli", "the `oncelog` command line (console script `oncelog = oncelog.cli:main`)"),
 )
@@ -120,7 +124,8 @@ def _describe(module: ModuleType, name: str) -> str:
     doc = _own_doc(obj)
     home = getattr(obj, "__module__", None)
     where = ""
-    if kind not in ("constant", "type alias") and home and home != module.__name__ and home.startswith("oncelog"):
+    elsewhere = home and home != module.__name__ and home.startswith("oncelog")
+    if kind not in ("constant", "type alias") and elsewhere:
         where = f" *(from `{home}`)*"
     return f"- {head}{where}" + (f": {doc}" if doc else "")
 

@@ -12,9 +12,6 @@ from datetime import datetime, timezone
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from consumer_support import (
     INPUTS,
     NDJSON,
@@ -30,6 +27,9 @@ from consumer_support import (
     to,
     write_upstream,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from oncelog.consumer import (
     STAGES,
     Checkpoint,
@@ -39,6 +39,7 @@ from oncelog.consumer import (
     ConsumerError,
     FencedOut,
     GroupNotFound,
+    core,
     delete_group,
     group_status,
     list_groups,
@@ -48,7 +49,6 @@ from oncelog.consumer import (
     shard_of,
     validate_group_name,
 )
-from oncelog.consumer import core
 from oncelog.consumer.shards import mix32
 from oncelog.journal import JournalSpec, open_journals
 from oncelog.message import Envelope, Flags, JSONMessage, build_uuid, new_producer_id

@@ -126,3 +126,36 @@ def test_concepts_runnable_examples_run_and_print_what_they_say(
         with contextlib.redirect_stdout(out):
             exec(compile(code, f"docs/concepts.md block {n}", "exec"), namespace)
         assert out.getvalue().splitlines() == _expected_output(code), f"block {n}"
+
+
+BLOCK = re.compile(
+    r"(?:<!-- (runnable|fragment)(?::[^>]*)? -->[ \t]*\n)?```python\n(.*?)\n```", re.S
+)
+"""A fenced Python block with its marker, if any: `<!-- runnable -->` blocks are run (in
+order, sharing one namespace per page) and must print what they say; `<!-- fragment -->`
+(or `<!-- fragment: why -->`) blocks need what a test cannot give them (S3, Spark, a
+running service, names defined elsewhere)."""
+
+
+@pytest.mark.parametrize("md", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_every_python_block_runs_or_is_marked_a_fragment(
+    md: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks = BLOCK.findall(md.read_text(encoding="utf-8"))
+    unmarked = [code.splitlines()[0] for marker, code in blocks if not marker]
+    assert not unmarked, (
+        f"docs/{md.name}: Python blocks neither <!-- runnable --> nor <!-- fragment -->, "
+        f"starting {unmarked}"
+    )
+    if md.name == "concepts.md":
+        return  # run by the test above
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": f"docs_{md.stem}"}
+    for n, (marker, code) in enumerate(blocks):
+        if marker != "runnable":
+            continue
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, f"docs/{md.name} block {n}", "exec"), namespace)
+        assert out.getvalue().splitlines() == _expected_output(code), f"{md.name} block {n}"

@@ -6,10 +6,10 @@ import csv
 import io
 
 import pytest
+from framing_support import decode_chunks, decode_one_shot, split_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framing_support import decode_chunks, decode_one_shot, split_at
 from oncelog.framing import (
     CSVFraming,
     EncodeError,

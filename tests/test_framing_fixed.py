@@ -6,10 +6,10 @@ import io
 import uuid
 
 import pytest
+from framing_support import decode_chunks, decode_one_shot, event_class, split_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framing_support import decode_chunks, decode_one_shot, event_class, split_at
 from oncelog.framing import (
     DesyncDetected,
     EncodeError,

@@ -7,10 +7,10 @@ from typing import Any
 
 import orjson
 import pytest
+from framing_support import decode_chunks, decode_one_shot, split_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framing_support import decode_chunks, decode_one_shot, split_at
 from oncelog.framing import (
     EncodeError,
     FramingError,

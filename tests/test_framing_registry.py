@@ -142,7 +142,26 @@ def test_decode_stream_carries_a_large_frame_across_small_chunks() -> None:
     ]
 
 
-def test_gc_pause_nests_across_threads_and_restores_the_collector() -> None:
+@pytest.fixture
+def gc_pausing():
+    from oncelog.framing import set_gc_pausing
+
+    previous = set_gc_pausing(True)
+    yield
+    set_gc_pausing(previous)
+
+
+def test_gc_is_left_alone_unless_the_process_opts_in() -> None:
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    with gc_paused():
+        assert gc.isenabled()
+    envelopes = JSON.decode(b'{"a":1}\n' * 3, journal="j").envelopes
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert len(envelopes) == 3
+
+
+def test_gc_pause_nests_across_threads_and_restores_the_collector(gc_pausing) -> None:
     assert gc.isenabled()
     inner_started, release = threading.Event(), threading.Event()
 
@@ -170,7 +189,7 @@ def test_gc_pause_nests_across_threads_and_restores_the_collector() -> None:
         gc.enable()
 
 
-def test_a_large_batch_is_promoted_to_the_oldest_generation(monkeypatch) -> None:
+def test_a_large_batch_is_promoted_to_the_oldest_generation(monkeypatch, gc_pausing) -> None:
     from oncelog.framing import base
 
     monkeypatch.setattr(base, "PROMOTE_BATCH", 3)

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+import journal_support
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,8 +24,6 @@ from oncelog.journal import (
     JournalError,
     JournalNotFound,
 )
-
-import journal_support
 
 
 def new_journal(client: JournalClient, **fragment: Any) -> str:
@@ -123,7 +122,9 @@ def test_records_round_trip_and_split_only_between_records(
         assert all(b - begin < length for b in boundaries if begin < b < end)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     sizes=st.lists(st.integers(0, 300), min_size=1, max_size=60),
     length=st.integers(1, 1500),
@@ -382,7 +383,7 @@ def test_two_clients_racing_with_calls(store_url: Any) -> None:
         client.close()
 
 
-# -- back-pressure and failures ---------------------------------------------------------------------
+# -- back-pressure and failures -----------------------------------------------------------
 
 
 def test_a_call_waits_for_the_writer_without_holding_the_write_lock(memory_store: Any) -> None:

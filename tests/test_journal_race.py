@@ -243,8 +243,9 @@ def test_writer_killed_inside_the_protocol_leaves_a_consistent_journal(
 def _install_crash(client: Any, phase: str) -> None:
     """Make this writer process SIGKILL itself at `phase` of its 3rd fragment."""
     backend = client.store.backend
+    local = getattr(backend, "inner", backend)  # the LocalBackend under the retrying reads
     fragments = [0]
-    write, write_temp, create = backend.write, backend._write_temp, backend.create
+    write, write_temp, create = backend.write, local._write_temp, backend.create
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -267,7 +268,7 @@ def _install_crash(client: Any, phase: str) -> None:
             die()
         return created
 
-    backend.write, backend._write_temp, backend.create = spy_write, spy_write_temp, spy_create
+    backend.write, local._write_temp, backend.create = spy_write, spy_write_temp, spy_create
 
 
 def _worker(config: dict[str, Any]) -> None:

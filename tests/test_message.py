@@ -99,7 +99,9 @@ def test_clock_out_of_range_rejected() -> None:
         Clock(-1)
 
 
-@pytest.mark.parametrize("text", ["", "not-a-uuid", "12345678-def0-1abc-a402-01020304050g", "x" * 36])
+@pytest.mark.parametrize(
+    "text", ["", "not-a-uuid", "12345678-def0-1abc-a402-01020304050g", "x" * 36]
+)
 def test_parse_uuid_fields_rejects_bad_text(text: str) -> None:
     with pytest.raises(ValueError, match="not a canonical UUID"):
         parse_uuid_fields(text)

@@ -106,7 +106,8 @@ def test_build_ack_intents_one_per_journal(client: JournalClient) -> None:
     pub.append_intents(intents)
     assert committed_docs(client, "out/a") == [1, 2]
     ack_clock = [e for e in read_uncommitted(client, "out/a") if e.flags is Flags.ACK_TXN][0].clock
-    msg_clocks = [e.clock for e in read_uncommitted(client, "out/a") if e.flags is Flags.CONTINUE_TXN]
+    envs = read_uncommitted(client, "out/a")
+    msg_clocks = [e.clock for e in envs if e.flags is Flags.CONTINUE_TXN]
     assert ack_clock > max(msg_clocks)
 
 

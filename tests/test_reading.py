@@ -119,7 +119,8 @@ def test_duplicates_are_dropped(client: JournalClient) -> None:
     publish(pub, 1, 2)
     raw = [e for e in read_uncommitted(client, J)]
     frames = b"".join(
-        b'{"n":%d,"uuid":"%s"}\n' % (e.message.doc["n"], e.message.doc["uuid"].encode()) for e in raw
+        b'{"n":%d,"uuid":"%s"}\n' % (e.message.doc["n"], e.message.doc["uuid"].encode())
+        for e in raw
     )
     client.append(J, frames)  # a writer retried both appends
     assert len(list(read_uncommitted(client, J))) == 4

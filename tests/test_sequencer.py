@@ -948,9 +948,15 @@ def test_replay_does_not_redeliver_a_zero_clock_message_of_the_producer() -> Non
     producer = b"\x01\x02\x03\x04\x05\x06"
     frames = [(10, Flags.CONTINUE_TXN), (0, Flags.OUTSIDE_TXN), (11, Flags.ACK_TXN)]
     envs = [
-        Envelope("j", i * 10, i * 10 + 10, JSONMessage({"uuid": str(build_uuid(producer, c, f)), "i": i}))
+        Envelope(
+            "j", i * 10, i * 10 + 10, JSONMessage({"uuid": str(build_uuid(producer, c, f)), "i": i})
+        )
         for i, (c, f) in enumerate(frames)
     ]
     seq = Sequencer(buffer=1)
-    delivered = [e.message.doc["i"] for e in seq.sequence(envs, lambda j, b, e: [x for x in envs if b <= x.begin and x.end <= e])]
+
+    def replay(j: str, b: int, e: int) -> list[Envelope]:
+        return [x for x in envs if b <= x.begin and x.end <= e]
+
+    delivered = [e.message.doc["i"] for e in seq.sequence(envs, replay)]
     assert delivered == [1, 0, 2]

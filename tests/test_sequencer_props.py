@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from speedups_support import MODES, speedups_mode
 
 from oncelog.message import NIL_UUID, Envelope, Flags, JSONMessage, build_uuid
 from oncelog.sequencer import QueueOutcome, Sequencer
-
-from speedups_support import MODES, speedups_mode
 
 CONT, ACK, OUT = Flags.CONTINUE_TXN, Flags.ACK_TXN, Flags.OUTSIDE_TXN
 

@@ -14,14 +14,13 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from speedups_support import BUILT, PURE_REQUESTED, speedups_mode
 
 from oncelog import _native
 from oncelog.framing import FrameDecodeError, decode_stream
 from oncelog.framing.jsonlines import JSONFraming
 from oncelog.message import Envelope, Flags, JSONMessage, build_uuid, parse_uuid_fields
 from oncelog.sequencer import Sequencer, SequencerError
-
-from speedups_support import BUILT, PURE_REQUESTED, speedups_mode
 
 # With ONCELOG_PURE_PYTHON set (a run of the whole suite on the pure-Python path), only
 # the first test applies; the test command runs them all.

@@ -4,7 +4,7 @@
 for click's test runner. See docs/cli.md.
 """
 
-from oncelog.cli import append, groups, journals, read  # noqa: F401  (register the commands)
+from oncelog.cli import append, groups, journals, read, serve, txns  # noqa: F401  (register them)
 from oncelog.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -189,7 +189,15 @@ def describe_error(exc: BaseException) -> str:
     alone would not say what went wrong."""
     from oncelog.framing import FramingError
     from oncelog.journal import JournalError
+    from oncelog.journal._retry import is_credentials_error
 
+    if is_credentials_error(exc):
+        return (
+            f"no usable S3 credentials ({exc}): oncelog (botocore) reads AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), AWS_PROFILE with ~/.aws/credentials "
+            "and ~/.aws/config, and instance or container roles; or pass -o key=... -o "
+            f"secret=... (or {ENV_STORAGE_OPTIONS}); -o anon:=true reads a public bucket"
+        )
     if isinstance(exc, OSError) and exc.filename and exc.strerror:
         text = f"{exc.filename}: {exc.strerror}"
     elif isinstance(exc, KeyError) and exc.args:
@@ -205,12 +213,23 @@ def describe_error(exc: BaseException) -> str:
     return text
 
 
+def _is_usage_error(exc: BaseException) -> bool:
+    """Errors in what the command line says (a bad journal name, a malformed store URL),
+    found only once the library checks it: they exit with EXIT_USAGE like click's."""
+    from oncelog.journal import InvalidJournalName, InvalidStoreURL
+
+    return isinstance(exc, (InvalidJournalName, InvalidStoreURL))
+
+
 def _report(text: str) -> None:
     print(f"oncelog: error: {text}", file=sys.stderr, flush=True)
 
 
 def main(args: Sequence[str] | None = None) -> NoReturn:
     """Run the `oncelog` command line and exit with its status."""
+    from oncelog.framing import set_gc_pausing
+
+    set_gc_pausing(True)  # this process is the command's own: bulk decoding may pause gc
     state = State()
     code = 0
     try:
@@ -246,5 +265,5 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
         if state.debug:
             traceback.print_exc()
         _report(describe_error(exc))
-        code = EXIT_ERROR
+        code = EXIT_USAGE if _is_usage_error(exc) else EXIT_ERROR
     sys.exit(code)

@@ -1,35 +1,48 @@
-"""`oncelog append`: append a file or stdin to a journal, frames checked first.
+"""`oncelog append`: publish a file or stdin to a journal as committed messages.
 
-The input is decoded with the journal's framing as it is read, and appended in chunks of
-whole frames, each chunk one append (so frames never straddle appends, and a concurrent
-writer's append can only land between whole frames). An input that fits in one chunk is
-appended all or nothing; after a bad frame nothing more is appended, and the error says
-what was appended before it.
+The input is decoded with the journal's framing as it is read. Each JSON or CSV record
+becomes one committed message: a record with a UUID (JSON field `uuid`, CSV first field)
+keeps it, after checking it is a version-1 (Gazette) UUID; a record without one is given a
+new UUID (a new producer id, a clock per record, flag OUTSIDE_TXN), so read-committed readers
+deliver every record. With `--idempotency-key`, the producer id and clocks are those of the
+first run with that key (kept in `.oncelog/append-keys/` of the store), so a retried append
+of the same input writes the same UUIDs again and readers drop the copies as duplicates.
+
+Checked records are appended in chunks of whole frames, each chunk one append (so frames
+never straddle appends, and a concurrent writer's append can only land between whole
+frames). An input that fits in one chunk is appended all or nothing; after a bad record
+nothing more is appended, and the error names its input line and what was appended before.
+`--raw` appends the input byte for byte, unchecked.
 """
 
 from __future__ import annotations
 
-import bisect
+import hashlib
 import os
 import stat
+import time
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
+import orjson
 
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.output import Progress, notice, progress
 from oncelog.cli.params import SIZE, format_size
 
 if TYPE_CHECKING:
-    from oncelog.framing import FrameDecodeError, Framing
-    from oncelog.journal import AppendResult, AsyncAppend, JournalClient
+    from oncelog.framing import Framing
+    from oncelog.journal import AppendResult, AsyncAppend, JournalClient, JournalSpec
 
-__all__ = ["append", "DEFAULT_CHUNK"]
+__all__ = ["APPEND_KEYS", "DEFAULT_CHUNK", "append"]
 
 DEFAULT_CHUNK = 8 << 20
 """Bytes of input per append, unless the journal's fragments are smaller."""
 _READ_BLOCK = 1 << 20
+APPEND_KEYS = "append-keys"
+"""Directory under `.oncelog/` holding the producer id and clocks of each idempotency key."""
 
 
 @cli.command("append")
@@ -38,7 +51,26 @@ _READ_BLOCK = 1 << 20
 @click.option(
     "--raw",
     is_flag=True,
-    help="Append the input as it is, unchecked, as one append (held in memory until written).",
+    help="Append the input byte for byte, unchecked and without UUIDs added, as one append "
+    "(held in memory until written).",
+)
+@click.option(
+    "--idempotency-key",
+    metavar="KEY",
+    default=None,
+    help="Make a retry of this append a no-op for committed readers: records given new UUIDs "
+    "get the same ones on every run with KEY (use one key per input).",
+)
+@click.option(
+    "--header/--no-header",
+    default=None,
+    help="CSV: the first record is a header, not appended [default: only if its first field "
+    "is 'uuid'].",
+)
+@click.option(
+    "--add-uuid-column",
+    is_flag=True,
+    help="CSV: the records have no UUID column: put a new UUID before each record's fields.",
 )
 @click.option(
     "--chunk-size",
@@ -48,14 +80,37 @@ _READ_BLOCK = 1 << 20
 )
 @store_options
 @pass_state
-def append(state: State, name: str, file: BinaryIO, raw: bool, chunk_size: int | None) -> None:
-    """Append FILE (default: stdin) to journal NAME.
+def append(
+    state: State,
+    name: str,
+    file: BinaryIO,
+    raw: bool,
+    idempotency_key: str | None,
+    header: bool | None,
+    add_uuid_column: bool,
+    chunk_size: int | None,
+) -> None:
+    """Append FILE (default: stdin) to journal NAME as committed messages.
 
-    Frames are checked against the journal's content type (JSON objects one per line, CSV
-    records, or fixed protobuf frames) unless --raw. Prints where the data landed on stderr.
+    Records are checked against the journal's content type (JSON objects one per line, CSV
+    records, or fixed protobuf frames). A JSON or CSV record without a UUID is given one
+    (JSON field "uuid"; CSV first field); one with a UUID keeps it. Blank lines are skipped
+    and a missing final newline is added. Prints where the data landed on stderr.
     """
+    from oncelog.framing import CONTENT_TYPE_CSV
+
+    if raw and (idempotency_key is not None or header is not None or add_uuid_column):
+        raise click.UsageError(
+            "--raw appends the input as it is: --idempotency-key, --header and "
+            "--add-uuid-column do not apply"
+        )
     client = state.client()
     spec = client.get(name)
+    if (header is not None or add_uuid_column) and spec.content_type != CONTENT_TYPE_CSV:
+        raise click.UsageError(
+            f"--header and --add-uuid-column apply to CSV journals; journal {name} holds "
+            f"{spec.content_type}"
+        )
     source = "stdin" if file.name in ("-", "<stdin>") else str(file.name)
     if source == "stdin" and file.isatty():
         notice(f"appending what you type to {name}; end with Ctrl-D")
@@ -70,7 +125,11 @@ def append(state: State, name: str, file: BinaryIO, raw: bool, chunk_size: int |
             except UnknownContentType as exc:
                 raise click.ClickException(f"journal {name}: {exc}; append with --raw") from None
             size = chunk_size or min(DEFAULT_CHUNK, spec.fragment.length)
-            appended = _append_frames(client, name, framing, file, source, size, bar)
+            stamper = _Stamper(client, spec, idempotency_key)
+            records = _Records(framing, source, stamper, header, add_uuid_column)
+            appended = _append_records(client, name, records, file, size, bar)
+            if records.header_skipped:
+                notice(f"line 1 of {source} is a CSV header: not appended")
     notice(appended.summary(name))
 
 
@@ -89,6 +148,7 @@ class _Appended:
     results: list[AppendResult] = field(default_factory=list)
     size: int = 0
     frames: int | None = 0
+    stamped: int = 0
 
     def where(self) -> str:
         if not self.results:
@@ -105,7 +165,8 @@ class _Appended:
         frames = (
             "" if self.frames is None else f"{self.frames} frame{'s' if self.frames != 1 else ''}, "
         )
-        return f"appended {frames}{self.where()} of journal {name}"
+        stamped = f" ({self.stamped} given new UUIDs)" if self.stamped else ""
+        return f"appended {frames}{self.where()} of journal {name}{stamped}"
 
 
 def _append_raw(client: JournalClient, name: str, file: BinaryIO, bar: Progress) -> _Appended:
@@ -128,39 +189,250 @@ def _append_raw(client: JournalClient, name: str, file: BinaryIO, bar: Progress)
     return done
 
 
-def _append_frames(
+class _Stamper:
+    """New UUIDs for records without one: a producer id and a clock ticking once per record.
+
+    Without a key: a new random producer id and the current time. With an idempotency key:
+    the producer id and first clock recorded by the first run with that key (put-if-absent
+    under `.oncelog/append-keys/`), so every run gives the n-th stamped record the same
+    UUID. A committed reader then drops a rerun's records as duplicates: each one's clock is
+    at or below the last clock it committed for that producer."""
+
+    def __init__(self, client: JournalClient, spec: JournalSpec, key: str | None) -> None:
+        self._client = client
+        self._spec = spec
+        self._key = key
+        self._producer: bytes | None = None
+        self._clock = 0
+        self.count = 0
+
+    def next_uuid(self) -> uuid.UUID:
+        from oncelog.message import OUTSIDE_TXN, build_uuid
+
+        if self._producer is None:
+            self._producer, self._clock = self._start()
+        self._clock += 1
+        self.count += 1
+        return build_uuid(self._producer, self._clock, OUTSIDE_TXN)
+
+    def _start(self) -> tuple[bytes, int]:
+        from oncelog.message import clock_from_unix_ns, new_producer_id
+
+        producer, clock = new_producer_id(), clock_from_unix_ns(time.time_ns())
+        if self._key is None:
+            return producer, clock
+        spec = self._spec
+        digest = hashlib.sha256(
+            b"\0".join(s.encode() for s in (spec.name, spec.incarnation or "", self._key))
+        ).hexdigest()
+        path = f"{APPEND_KEYS}/{digest}"
+        doc = {
+            "journal": spec.name,
+            "producer": producer.hex(),
+            "clock": clock,
+            "token": uuid.uuid4().hex,  # makes the object unique to this attempt
+        }
+        if not self._client.put_if_absent(path, orjson.dumps(doc)):
+            stored = self._client.read_object(path)
+            try:
+                doc = orjson.loads(stored or b"")
+                producer, clock = bytes.fromhex(doc["producer"]), int(doc["clock"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                raise click.ClickException(
+                    f"the record of --idempotency-key {self._key!r} (.oncelog/{path}) is "
+                    "corrupt: delete it to start over with this key"
+                ) from None
+        return producer, clock
+
+
+@dataclass(slots=True)
+class _Bad(Exception):
+    """A record that cannot be appended: its input line and why."""
+
+    line: int
+    reason: str
+
+
+class _Records:
+    """Turns input bytes into the frames to append, record by record: JSON and CSV records
+    are checked and given UUIDs, protobuf frames are checked and kept as they are."""
+
+    def __init__(
+        self,
+        framing: Framing,
+        source: str,
+        stamper: _Stamper,
+        header: bool | None,
+        add_uuid_column: bool,
+    ) -> None:
+        from oncelog.framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES
+
+        self.framing = framing
+        self.source = source
+        self.stamper = stamper
+        self.header = header
+        self.add_uuid_column = add_uuid_column
+        self.header_skipped = False
+        self.first = True
+        self.kind = {CONTENT_TYPE_JSON_LINES: "json", CONTENT_TYPE_CSV: "csv"}.get(
+            framing.content_type, "frames"
+        )
+        self.uuid_field = str(getattr(framing, "uuid_field", "uuid"))
+
+    @property
+    def lines(self) -> bool:
+        """Whether the input is text lines (a missing final newline is added)."""
+        return self.kind != "frames"
+
+    def decode(
+        self, buf: bytearray, base: int, line: int, eof: bool
+    ) -> tuple[int, list[tuple[int, bytes]]]:
+        """The whole records at the start of `buf` (input offset `base`, line `line`): how
+        many bytes they use, and each one's input line and frame to append."""
+        if self.kind == "json":
+            return self._json(buf, line)
+        from oncelog.cli.frames import new_message_for
+        from oncelog.framing import FrameDecodeError
+
+        try:
+            with memoryview(buf) as view:
+                result = self.framing.decode(
+                    view,
+                    journal="input",
+                    base=base,
+                    final=eof,
+                    new_message=new_message_for(self.framing.content_type),
+                )
+        except FrameDecodeError as exc:
+            at = (exc.begin if exc.begin is not None else base) - base
+            raise _Bad(line + buf.count(b"\n", 0, at), f"{exc.what}: {exc.reason}") from None
+        out: list[tuple[int, bytes]] = []
+        pos, counted = 0, line
+        for env in result.envelopes:
+            begin, end = env.begin - base, env.end - base
+            counted += buf.count(b"\n", pos, begin)
+            pos = begin
+            frame = bytes(buf[begin:end])
+            if self.kind == "csv":
+                frame_or_none = self._csv(env.message.fields, frame, counted)
+                if frame_or_none is None:
+                    continue
+                frame = frame_or_none
+            out.append((counted, frame))
+        return result.consumed, out
+
+    def _json(self, buf: bytearray, line: int) -> tuple[int, list[tuple[int, bytes]]]:
+        cut = buf.rfind(b"\n") + 1
+        out: list[tuple[int, bytes]] = []
+        field = self.uuid_field
+        for n, text in enumerate(bytes(buf[:cut]).splitlines(keepends=True), start=line):
+            if not text.strip():
+                continue  # blank lines hold no record
+            try:
+                doc = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise _Bad(n, f"malformed JSON: {_json_error(text)}") from None
+            if not isinstance(doc, dict):
+                raise _Bad(n, f"a JSON record must be an object, not {type(doc).__name__}")
+            value = doc.get(field)
+            if value is None or value == "":
+                stamped = str(self.stamper.next_uuid())
+                doc = {field: stamped, **doc} if field not in doc else {**doc, field: stamped}
+                text = self.framing.marshal(doc)
+            else:
+                self._check_uuid(value, f"field {field!r}", n)
+                if not text.endswith(b"\n"):
+                    text += b"\n"
+            out.append((n, text))
+        return cut, out
+
+    def _csv(self, fields: list[str], frame: bytes, line: int) -> bytes | None:
+        first, self.first = self.first, False
+        if (first and self.header is not False) and (
+            self.header or (fields and fields[0].strip().lower() == "uuid")
+        ):
+            self.header_skipped = True
+            return None
+        if self.add_uuid_column:
+            return self.framing.marshal([str(self.stamper.next_uuid()), *fields])
+        if not fields or fields[0] == "":
+            return self.framing.marshal([str(self.stamper.next_uuid()), *fields[1:]])
+        if first and self.header is None and not _is_uuid(fields[0]):
+            raise _Bad(
+                line,
+                f"the first field {fields[0][:40]!r} is not a UUID (a CSV record's first "
+                "field is its UUID): pass --header if this line is a header, "
+                "--add-uuid-column if the records have no UUID column",
+            )
+        self._check_uuid(fields[0], "the first field", line)
+        return frame
+
+    def _check_uuid(self, value: Any, where: str, line: int) -> None:
+        try:
+            parsed = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+        except (ValueError, TypeError, AttributeError):
+            raise _Bad(
+                line,
+                f"{where} is not a UUID: {str(value)[:60]!r} (leave it out or empty to have "
+                "one made)",
+            ) from None
+        if parsed.version != 1:
+            raise _Bad(
+                line,
+                f"{where} {str(value)!r} is not a version-1 UUID of oncelog or Gazette "
+                "(leave it out or empty to have one made)",
+            )
+
+
+def _json_error(line: bytes) -> str:
+    """What is wrong with a JSON line, at which column of the line (1-based)."""
+    try:
+        orjson.loads(line.rstrip(b"\r\n"))
+    except orjson.JSONDecodeError as exc:
+        return f"{exc.msg} at column {exc.pos + 1}"
+    return "not JSON"
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _append_records(
     client: JournalClient,
     name: str,
-    framing: Framing,
+    records: _Records,
     file: BinaryIO,
-    source: str,
     chunk_size: int,
     bar: Progress,
 ) -> _Appended:
-    from oncelog.cli.frames import new_message_for
-    from oncelog.framing import FrameDecodeError
-
-    new_message = new_message_for(framing.content_type)
     done = _Appended()
-    buf = bytearray()  # input from `buf_offset` on, not appended yet
+    buf = bytearray()  # input from `buf_offset` on, not decoded yet
     buf_offset = 0
-    checked = 0  # bytes of `buf` that are whole, valid frames
-    ends: list[int] = []  # input offsets where those frames end
+    line = 1  # input line of buf[0]
+    out = bytearray()  # frames decoded, not appended yet
+    out_frames = 0
+    out_line = 1  # input line of the first record in `out`
     in_flight: AsyncAppend | None = None
 
-    def submit(data: bytes, count: int) -> None:
-        nonlocal in_flight
+    def submit() -> None:
+        nonlocal in_flight, out_frames
         settle()
         in_flight = client.start_append(name)
         try:
-            in_flight.write(data)
+            in_flight.write(bytes(out))
         except BaseException:
             in_flight.abort()
             in_flight = None
             raise
         in_flight.release()
-        done.size += len(data)
-        done.frames = (done.frames or 0) + count
+        done.size += len(out)
+        done.frames = (done.frames or 0) + out_frames
+        del out[:]
+        out_frames = 0
 
     def settle() -> None:
         nonlocal in_flight
@@ -173,41 +445,37 @@ def _append_frames(
         eof = not block
         buf += block
         bar.advance(len(block))
+        if eof and records.lines and buf and not buf.endswith(b"\n"):
+            buf += b"\n"  # a last line without its newline
         try:
-            with memoryview(buf) as view, view[checked:] as unchecked:
-                result = framing.decode(
-                    unchecked,
-                    journal=name,
-                    base=buf_offset + checked,
-                    final=eof,
-                    new_message=new_message,
-                )
-        except FrameDecodeError as exc:
+            consumed, frames = records.decode(buf, buf_offset, line, eof)
+        except _Bad as bad:
             settle()
-            raise click.ClickException(_invalid(name, framing, source, exc, done)) from None
-        checked += result.consumed
-        ends.extend(env.end for env in result.envelopes)
-        # Append whole frames, up to `chunk_size` bytes at a time (one larger frame alone).
-        while ends and (checked >= chunk_size or eof):
-            count = bisect.bisect_right(ends, buf_offset + chunk_size) or 1
-            cut = ends[count - 1] - buf_offset
-            submit(bytes(buf[:cut]), count)
-            del buf[:cut], ends[:count]
-            buf_offset += cut
-            checked -= cut
+            raise click.ClickException(_invalid(name, records, bad, done, out_line)) from None
+        for at, frame in frames:
+            if out and len(out) + len(frame) > chunk_size:
+                submit()
+            if not out:
+                out_line = at
+            out += frame
+            out_frames += 1
+        line += buf.count(b"\n", 0, consumed)
+        del buf[:consumed]
+        buf_offset += consumed
         if eof:
             break
+    if out:
+        submit()
     settle()
+    done.stamped = records.stamper.count
     return done
 
 
-def _invalid(
-    name: str, framing: Framing, source: str, exc: FrameDecodeError, done: _Appended
-) -> str:
+def _invalid(name: str, records: _Records, bad: _Bad, done: _Appended, out_line: int) -> str:
     head = (
-        f"invalid {framing.content_type} input for journal {name}: {exc.what} "
-        f"at byte {exc.begin} of {source}: {exc.reason}"
+        f"invalid {records.framing.content_type} input for journal {name}: line {bad.line} "
+        f"of {records.source}: {bad.reason}"
     )
     if not done.results:
         return f"{head}; nothing was appended"
-    return f"{head}; appended only the input before byte {done.size}: {done.where()}"
+    return f"{head}; appended only the records before line {out_line}: {done.where()}"

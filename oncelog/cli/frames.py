@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from oncelog.errors import OncelogError
 from oncelog.framing import (
     CONTENT_TYPE_PROTOBUF_FIXED,
     FrameDecodeError,
@@ -66,7 +67,7 @@ class Framed:
         return self.message.get_uuid()
 
 
-class BadMessage(ValueError):
+class BadMessage(OncelogError, ValueError):
     """A frame decoded but its message is unusable (e.g. its UUID field is not a UUID)."""
 
     def __init__(self, journal: str, begin: int, end: int, reason: str) -> None:

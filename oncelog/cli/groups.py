@@ -1,11 +1,16 @@
 """Consumer-group commands: `groups list`, `groups show GROUP`, `groups reset GROUP`.
 
+`groups show` prints the lag in bytes and in messages (counted by reading the lag: pass
+`--no-messages` to skip that on a group far behind). `groups reset` moves a group to the
+beginning, the head, given offsets (`--to JOURNAL=OFFSET,...`) or a time (`--at`).
+
 They work on the groups' checkpoints (oncelog.consumer), so they run wherever the store is
 reachable, whether the group's consumers run or not.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,8 +23,7 @@ from oncelog.cli.params import format_option
 if TYPE_CHECKING:
     from oncelog.consumer import GroupStatus
 
-__all__ = ["groups", "status_doc"]
-
+__all__ = ["groups", "status_doc", "parse_reset_target"]
 
 
 def status_doc(status: GroupStatus) -> dict[str, Any]:
@@ -28,6 +32,7 @@ def status_doc(status: GroupStatus) -> dict[str, Any]:
         "group": status.group,
         "shards": status.shards,
         "lag": status.lag,
+        "messages": status.messages,
         "members": [
             {
                 "shard": m.shard,
@@ -35,8 +40,15 @@ def status_doc(status: GroupStatus) -> dict[str, Any]:
                 "created": None if m.created is None else iso_time(m.created.timestamp()),
                 "reason": m.reason,
                 "lag": m.lag,
+                "messages": m.messages,
                 "journals": [
-                    {"journal": j.journal, "offset": j.offset, "head": j.head, "lag": j.lag}
+                    {
+                        "journal": j.journal,
+                        "offset": j.offset,
+                        "head": j.head,
+                        "lag": j.lag,
+                        "messages": j.messages,
+                    }
                     for j in m.journals
                 ],
             }
@@ -67,20 +79,28 @@ def list_groups(state: State, fmt: str) -> None:
 
 @groups.command("show")
 @click.argument("group")
+@click.option(
+    "--messages/--no-messages",
+    default=True,
+    help="Count the messages behind (reads the lag's bytes; --no-messages skips it).",
+)
 @format_option
 @store_options
 @pass_state
-def show(state: State, group: str, fmt: str) -> None:
-    """Show GROUP's latest checkpoint and, per journal, its offset, the head and the lag."""
+def show(state: State, group: str, messages: bool, fmt: str) -> None:
+    """Show GROUP's latest checkpoint and, per journal, its offset, the head and the lag
+    in bytes and messages."""
     from oncelog.consumer import group_status
 
-    doc = status_doc(group_status(state.client(), group))
+    doc = status_doc(group_status(state.client(), group, count=messages))
     if fmt == "json":
         write_json(doc)
         return
-    print_fields(
-        [("group", doc["group"]), ("shards", doc["shards"]), ("lag", f"{doc['lag']} bytes")]
-    )
+    lag = f"{doc['lag']} bytes"
+    if doc["messages"] is not None:
+        n = doc["messages"]
+        lag += f", {n} message{'' if n == 1 else 's'}"
+    print_fields([("group", doc["group"]), ("shards", doc["shards"]), ("lag", lag)])
     print_table(
         [
             Column("SHARD", numeric=True),
@@ -90,6 +110,7 @@ def show(state: State, group: str, fmt: str) -> None:
             Column("OFFSET", numeric=True),
             Column("HEAD", numeric=True),
             Column("LAG", numeric=True),
+            Column("MESSAGES", numeric=True),
         ],
         [
             (
@@ -100,11 +121,43 @@ def show(state: State, group: str, fmt: str) -> None:
                 j["offset"],
                 j["head"],
                 j["lag"],
+                j["messages"],
             )
             for m in doc["members"]
-            for j in m["journals"] or [{"journal": None, "offset": None, "head": None, "lag": None}]
+            for j in m["journals"]
+            or [{"journal": None, "offset": None, "head": None, "lag": None, "messages": None}]
         ],
     )
+
+
+def parse_reset_target(to: str | None, at: str | None) -> Any:
+    """The `reset_group` target of `--to beginning|head|JOURNAL=OFFSET,...` or `--at TIME`."""
+    if (to is None) == (at is None):
+        raise click.UsageError("give exactly one of --to and --at")
+    if at is not None:
+        try:
+            when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        except ValueError:
+            raise click.BadParameter(
+                f"not an ISO 8601 date-time: {at!r}", param_hint="--at"
+            ) from None
+        if when.tzinfo is None:
+            raise click.BadParameter(
+                f"{at!r} has no time zone (add Z or +00:00)", param_hint="--at"
+            )
+        return when
+    assert to is not None
+    if to in ("beginning", "head"):
+        return to
+    offsets: dict[str, int] = {}
+    for item in to.split(","):
+        journal, sep, offset = item.strip().rpartition("=")
+        if not sep or not journal or not offset.isdigit():
+            raise click.BadParameter(
+                f"expected beginning, head or JOURNAL=OFFSET,...: {to!r}", param_hint="--to"
+            )
+        offsets[journal] = int(offset)
+    return offsets
 
 
 @groups.command("reset")
@@ -112,30 +165,63 @@ def show(state: State, group: str, fmt: str) -> None:
 @click.option(
     "--to",
     "to",
-    type=click.Choice(["beginning", "head"]),
-    required=True,
-    help="beginning: re-read the group's journals from offset 0; head: skip what is in them now.",
+    metavar="beginning|head|JOURNAL=OFFSET,...",
+    help="beginning: re-read the group's journals from offset 0; head: skip what is in them"
+    " now; JOURNAL=OFFSET,...: move those journals to those offsets (the others stay).",
+)
+@click.option(
+    "--at",
+    metavar="ISO-DATETIME",
+    help="Move each journal to its first message whose UUID time is at or after this time"
+    " (e.g. 2024-05-01T12:00:00Z): skips fragments persisted a minute or more before it"
+    " unread, then scans.",
 )
 @click.option(
     "--keep-state", is_flag=True, help="Keep the consumers' state instead of starting afresh."
 )
+@click.option("--dry-run", is_flag=True, help="Show the new offsets; write nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @store_options
 @pass_state
-def reset(state: State, group: str, to: str, keep_state: bool, yes: bool) -> None:
-    """Move GROUP to the beginning or the head of its journals with a new checkpoint.
+def reset(
+    state: State,
+    group: str,
+    to: str | None,
+    at: str | None,
+    keep_state: bool,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Move GROUP to new offsets with a new checkpoint per shard.
 
     Running consumers of the group are fenced out by it: restart them afterwards.
     """
     from oncelog.consumer import group_status, reset_group
 
+    target = parse_reset_target(to, at)
+    label = to if to is not None else at
     client = state.client()
     status = group_status(client, group)  # an unknown group fails before any question
+    before = {(m.shard, j.journal): j.offset for m in status.members for j in m.journals}
+    if dry_run:
+        planned = reset_group(client, group, to=target, keep_state=keep_state, dry_run=True)
+        print_table(
+            [Column("SHARD", numeric=True), "JOURNAL", Column("OFFSET", numeric=True),
+             Column("NEW OFFSET", numeric=True)],
+            [
+                (cp.shard, journal, before.get((cp.shard, journal)), offset)
+                for cp in planned
+                for journal, offset in sorted(cp.offsets.items())
+            ],
+        )
+        notice(f"dry run: consumer group {group} not reset")
+        return
     require_confirmation(
-        f"Reset consumer group {group} ({status.lag} bytes behind) to the {to}?",
+        f"Reset consumer group {group} ({status.lag} bytes behind) to {label}?",
         yes,
         f"reset group {group}",
     )
-    written = reset_group(client, group, to=to, keep_state=keep_state)  # type: ignore[arg-type]
+    written = reset_group(client, group, to=target, keep_state=keep_state)
     seqs = ", ".join(str(cp.seq) for cp in written)
-    notice(f"reset consumer group {group} to the {to}: checkpoint {seqs}")
+    where = f"the {label}" if to in ("beginning", "head") else label
+    notice(f"reset consumer group {group} to {where}: checkpoint {seqs}")

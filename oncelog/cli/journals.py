@@ -1,9 +1,10 @@
-"""Journal management: `journals create|list|describe|delete`, `fragments`, `head`, `gc`."""
+"""Journal management: `journals create|list|describe|delete|verify`, `fragments`, `head`,
+`gc`."""
 
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -90,7 +91,7 @@ def journals() -> None:
     "--fragment-length",
     type=SIZE,
     default=None,
-    help="Roll fragments over at this size, e.g. 16MiB [default: 64MiB].",
+    help="Roll fragments over at this size, e.g. 64MiB [default: 16MiB].",
 )
 @click.option(
     "--flush-interval",
@@ -140,7 +141,13 @@ def create(
     if owner_role is not None or owner_address is not None or owner_description is not None:
         owner = JournalOwner(owner_role or "", owner_address or "", owner_description or "")
     spec = JournalSpec(name, values, fragment, owner)  # type: ignore[arg-type]
-    state.client().create(spec)
+    client = state.client()
+    # A local store's directory is made by its first journal: say so, so that a mistyped
+    # path shows up here rather than as an empty store later.
+    new_store = client.store.backend.kind == "local" and client.store.backend.missing_store()
+    client.create(spec)
+    if new_store:
+        notice(f"created a new store in directory {client.root}")
     notice(f"created journal {name} ({content_type})")
 
 
@@ -151,28 +158,56 @@ def create(
     default="",
     help="Gazette label selector, e.g. 'app=web, name:prefix=logs/'.",
 )
+@click.option(
+    "--stats/--no-stats",
+    default=True,
+    show_default=True,
+    help="Show each journal's write head and fragment count (a few listings per journal).",
+)
 @format_option
 @store_options
 @pass_state
-def list_journals(state: State, selector: str, fmt: str) -> None:
-    """List journals, optionally those matching a label selector."""
-    specs = state.client().list(selector_option(selector))
+def list_journals(state: State, selector: str, stats: bool, fmt: str) -> None:
+    """List journals, optionally those matching a label selector, with their write heads
+    and fragment counts."""
+    client = state.client()
+    specs = client.list(selector_option(selector))
+    heads: list[tuple[int, int] | None] = [None] * len(specs)
+    if stats and specs:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def stat(spec: JournalSpec) -> tuple[int, int]:
+            return client.head(spec.name), len(client.fragments(spec.name))
+
+        with ThreadPoolExecutor(max_workers=min(8, len(specs))) as pool:
+            heads = list(pool.map(stat, specs))
     if fmt == "json":
-        write_json([s.to_dict() for s in specs])
+        docs = []
+        for s, h in zip(specs, heads, strict=True):
+            doc = s.to_dict()
+            if h is not None:
+                doc.update(head=h[0], fragments=h[1])
+            docs.append(doc)
+        write_json(docs)
         return
     from oncelog.labels import CONTENT_TYPE
 
+    columns: list[Column | str] = ["NAME", "CONTENT-TYPE", "COMPRESSION"]
+    columns.append(Column("FRAGMENT", numeric=True))
+    if stats:
+        columns += [Column("HEAD", numeric=True), Column("FRAGMENTS", numeric=True)]
     print_table(
-        ["NAME", "CONTENT-TYPE", "COMPRESSION", Column("FRAGMENT", numeric=True), "LABELS"],
+        [*columns, "LABELS"],
         [
             (
                 s.name,
                 s.content_type,
                 s.fragment.compression,
                 format_size(s.fragment.length),
+                *((h[0], h[1]) if h is not None else ()),
                 _labels_text(s, (CONTENT_TYPE,)),
             )
-            for s in specs
+            for s, h in zip(specs, heads, strict=True)
         ],
     )
 
@@ -265,6 +300,82 @@ def delete(state: State, name: str, yes: bool) -> None:
     notice(f"deleted journal {name}")
 
 
+@journals.command("verify")
+@click.argument("names", metavar="[NAME]...", nargs=-1)
+@click.option(
+    "--selector", "-l", default=None, help="Also verify the journals matching this selector."
+)
+@format_option
+@store_options
+@pass_state
+def verify(state: State, names: tuple[str, ...], selector: str | None, fmt: str) -> None:
+    """Check journals in full: every claimed fragment read whole and checked against the SHA1
+    in its name and the CRC-32Cs in its claim; missing fragments and gaps between claims.
+
+    Prints one line per problem (journal, fragment, offsets, what) and exits with status 1
+    if any was found; a summary goes to stderr. Reads every byte of the journals.
+    """
+    client = state.client()
+    targets = list(dict.fromkeys(names))
+    if selector is not None:
+        targets += [s.name for s in client.list(selector_option(selector)) if s.name not in targets]
+    if not targets:
+        raise click.UsageError("name a journal or give --selector")
+    reports = []
+    with progress("verify", total=None) as bar:
+        last = [0]  # bytes of the current journal checked so far
+
+        def advance(done: int, total: int) -> None:
+            if done == 0:
+                bar.add_total(total)  # the bar grows journal by journal
+            bar.advance(done - last[0])
+            last[0] = done
+
+        for name in targets:
+            bar.describe(f"verify {name}")
+            last[0] = 0
+            report = client.verify(name, progress=advance)
+            reports.append(report)
+            if fmt != "json":
+                for problem in report.problems:
+                    click.echo(str(problem))
+    problems = [p for r in reports for p in r.problems]
+    if fmt == "json":
+        write_json(
+            [
+                {
+                    "journal": r.journal,
+                    "fragments": r.fragments,
+                    "bytes": r.bytes,
+                    "begin": r.begin,
+                    "head": r.head,
+                    "problems": [
+                        {
+                            "journal": p.journal,
+                            "fragment": p.fragment,
+                            "begin": p.begin,
+                            "end": p.end,
+                            "what": p.what,
+                        }
+                        for p in r.problems
+                    ],
+                }
+                for r in reports
+            ]
+        )
+    checked = sum(r.fragments for r in reports)
+    size = sum(r.bytes for r in reports)
+    notice(
+        f"verify: {checked} fragment{'s' if checked != 1 else ''} ({format_size(size)}) of "
+        f"{len(targets)} journal{'s' if len(targets) != 1 else ''} checked, "
+        f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+    )
+    if problems:
+        from oncelog.cli.app import EXIT_ERROR
+
+        raise click.exceptions.Exit(EXIT_ERROR)
+
+
 @cli.command("fragments")
 @click.argument("name")
 @format_option
@@ -304,11 +415,24 @@ def fragments(state: State, name: str, fmt: str) -> None:
 
 @cli.command("head")
 @click.argument("name")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help='text: the offset alone; json: {"journal": NAME, "head": OFFSET}.',
+)
 @store_options
 @pass_state
-def head(state: State, name: str) -> None:
+def head(state: State, name: str, fmt: str) -> None:
     """Print the write head of journal NAME: the offset the next append begins at."""
-    click.echo(state.client().head(name))
+    offset = state.client().head(name)
+    if fmt == "json":
+        write_json({"journal": name, "head": offset})
+    else:
+        click.echo(offset)
 
 
 @cli.command("gc")
@@ -324,12 +448,21 @@ def head(state: State, name: str) -> None:
     help="Leave unclaimed fragments younger than this (30s, 15m, 1h, 2d): their writer may "
     "still claim them.",
 )
+@click.option(
+    "--dry-run",
+    "-n",
+    is_flag=True,
+    help="Only list the fragments gc would delete now; delete nothing.",
+)
 @store_options
 @pass_state
-def gc(state: State, names: tuple[str, ...], selector: str | None, grace: timedelta) -> None:
+def gc(
+    state: State, names: tuple[str, ...], selector: str | None, grace: timedelta, dry_run: bool
+) -> None:
     """Delete the unclaimed fragments of journals (writers that lost a race or died).
 
-    Prints the path of each deleted fragment.
+    Prints the path of each deleted fragment (with --dry-run: of each fragment that would
+    be deleted, deleting nothing).
     """
     client = state.client()
     targets = list(dict.fromkeys(names))
@@ -341,12 +474,155 @@ def gc(state: State, names: tuple[str, ...], selector: str | None, grace: timede
     with progress("gc", total=len(targets), unit="items") as bar:
         for name in targets:
             bar.describe(f"gc {name}")
-            for frag in client.gc(name, grace=grace):
+            for frag in client.gc(name, grace=grace, dry_run=dry_run):
                 click.echo(frag.content_path)
                 deleted.append(frag)
             bar.advance(1)
     size = sum(f.size or 0 for f in deleted)
     notice(
-        f"gc: deleted {len(deleted)} unclaimed fragment{'s' if len(deleted) != 1 else ''} "
+        f"gc{' --dry-run' if dry_run else ''}: {'would delete' if dry_run else 'deleted'} "
+        f"{len(deleted)} unclaimed fragment{'s' if len(deleted) != 1 else ''} "
         f"({format_size(size)}) from {len(targets)} journal{'s' if len(targets) != 1 else ''}"
+    )
+
+
+# -- compaction and trimming --------------------------------------------------------------------
+
+
+@journals.command("compact")
+@click.argument("names", metavar="[NAME]...", nargs=-1)
+@click.option(
+    "--selector", "-l", default=None, help="Also compact the journals matching this selector."
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be done; read and write nothing.")
+@click.option(
+    "--target-length",
+    type=SIZE,
+    default=None,
+    help="Size of the fragments written, e.g. 64MiB [default: the spec's fragment length].",
+)
+@click.option(
+    "--min-age",
+    type=DURATION,
+    default="0s",
+    show_default=True,
+    help="Leave fragments stored less than this long ago (and any after them).",
+)
+@store_options
+@pass_state
+def compact(
+    state: State,
+    names: tuple[str, ...],
+    selector: str | None,
+    dry_run: bool,
+    target_length: int | None,
+    min_age: timedelta,
+) -> None:
+    """Merge the small fragments of journals into big ones behind their heads.
+
+    Offsets and bytes never change and appends go on meanwhile; cold reads then cost a
+    request per big fragment instead of two per small one. Prints one line per journal.
+    """
+    client = state.client()
+    targets = list(dict.fromkeys(names))
+    if selector is not None:
+        targets += [s.name for s in client.list(selector_option(selector)) if s.name not in targets]
+    if not targets:
+        raise click.UsageError("name a journal or give --selector")
+    verb = "would merge" if dry_run else "merged"
+    for name in targets:
+        with progress(f"compact {name}") as bar:
+
+            def on_progress(
+                done: int, total: int, bar: Any = bar, started: list[bool] = [False]  # noqa: B006
+            ) -> None:
+                if not started[0]:
+                    bar.add_total(total)
+                    started[0] = True
+                bar.update(done)
+
+            result = client.compact(
+                name,
+                target_length=target_length,
+                min_age=min_age,
+                dry_run=dry_run,
+                progress=on_progress,
+            )
+        if result.record is None:
+            click.echo(f"{name}: nothing to compact (offsets {result.start}-{result.through})")
+            continue
+        retired = result.retired
+        tail = (
+            f"; retired {len(retired.claims)} claims and {len(retired.fragments)} fragments"
+            if retired is not None and (retired.claims or retired.fragments)
+            else ""
+        )
+        click.echo(
+            f"{name}: {verb} {result.fragments_read} fragments "
+            f"({format_size(result.bytes_compacted)}) into {len(result.chunks)}; offsets "
+            f"{result.start}-{result.through} now in record {result.record}"
+            f"{'' if dry_run or result.record_won else ' (written by a racing compactor)'}"
+            f"{tail}"
+        )
+
+
+def _trim_point(text: str) -> int | datetime:
+    if text.isdigit():
+        return int(text)
+    try:
+        point = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither an offset nor an ISO date-time (e.g. 2024-05-01T00:00:00Z)",
+            param_hint="--before",
+        ) from None
+    return point if point.tzinfo is not None else point.replace(tzinfo=UTC)
+
+
+@journals.command("trim")
+@click.argument("name")
+@click.option(
+    "--before",
+    default=None,
+    help="Delete whole fragments ending at or before this offset, or stored at or before "
+    "this ISO date-time (UTC unless it says). Default: the spec's retention.",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@store_options
+@pass_state
+def trim(state: State, name: str, before: str | None, dry_run: bool, yes: bool) -> None:
+    """Delete the oldest data of journal NAME, oldest first, in whole fragments.
+
+    Readers asking for earlier offsets then get OffsetNotAvailable; the head and appends
+    are never affected. Asks first unless --yes or --dry-run.
+    """
+    client = state.client()
+    point = _trim_point(before) if before is not None else None
+    try:
+        plan = client.trim(name, point, dry_run=True)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    summary = (
+        f"{len(plan.fragments)} fragments ({format_size(plan.bytes_deleted)}) and "
+        f"{len(plan.claims)} claims of {name}; its first offset becomes {plan.first}"
+    )
+    if dry_run or not plan.fragments and not plan.claims:
+        click.echo(f"{name}: would delete {summary}" if dry_run else f"{name}: nothing to trim")
+        return
+    require_confirmation(f"Delete {summary}?", yes, f"trim journal {name}")
+    with progress(f"trim {name}", unit="items") as bar:
+        started = [False]
+
+        def on_progress(done: int, total: int) -> None:
+            if not started[0]:
+                bar.add_total(total)
+                started[0] = True
+            bar.update(done)
+
+        result = client.trim(name, point, progress=on_progress)
+    click.echo(
+        f"{name}: deleted {len(result.fragments)} fragments "
+        f"({format_size(result.bytes_deleted)}) and {len(result.claims)} claims; first "
+        f"offset now {result.first}"
     )

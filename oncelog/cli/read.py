@@ -8,11 +8,12 @@ later that match are picked up) and whole frames are interleaved on stdout.
 
 from __future__ import annotations
 
+import math
 import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -49,10 +50,18 @@ class _Plan:
     offset: int | None
     content_type: str | None
     skip_errors: bool
+    max_messages: int | None = None
+    timeout: float | None = None
 
     def copies_bytes(self, merged_follow: bool) -> bool:
-        """Raw uncommitted output of one journal at a time is its bytes as stored."""
-        return self.fmt == "raw" and not self.committed and not merged_follow
+        """Raw uncommitted output of one journal at a time is its bytes as stored (unless
+        messages are counted)."""
+        return (
+            self.fmt == "raw"
+            and not self.committed
+            and not merged_follow
+            and self.max_messages is None
+        )
 
 
 @cli.command("read")
@@ -72,10 +81,27 @@ class _Plan:
 @click.option(
     "--head", "from_head", is_flag=True, help="Start at the write head (new messages only)."
 )
-@click.option("--follow", is_flag=True, help="Keep waiting for new messages (Ctrl-C to stop).")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Keep waiting for new messages (Ctrl-C or --timeout to stop).",
+)
+@click.option(
+    "--max-messages",
+    "-n",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after printing this many messages.",
+)
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default=None,
+    help="With --follow: stop after this long (e.g. 30s), with exit status 0.",
+)
 @click.option(
     "--format",
-    "-f",
     "fmt",
     type=click.Choice(sorted(FORMATTERS)),
     default="raw",
@@ -85,7 +111,8 @@ class _Plan:
 @click.option(
     "--content-type",
     default=None,
-    help="Framing of a journal with no oncelog spec (a Gazette fragment store).",
+    help="Framing of a journal with no oncelog spec (a Gazette fragment store); for a "
+    "journal with a spec, it must match the spec's.",
 )
 @click.option("--skip-errors", is_flag=True, help="Warn about bad frames on stderr and go on.")
 @click.option(
@@ -105,6 +132,8 @@ def read(
     offset: int | None,
     from_head: bool,
     follow: bool,
+    max_messages: int | None,
+    timeout: timedelta | None,
     fmt: str,
     content_type: str | None,
     skip_errors: bool,
@@ -121,7 +150,19 @@ def read(
         raise click.UsageError(
             "--offset applies to one journal: name it instead of using --selector"
         )
-    plan = _Plan(fmt, committed, follow, from_head, offset, content_type, skip_errors)
+    if timeout is not None and not follow:
+        raise click.UsageError("--timeout ends a --follow: give both, or neither")
+    plan = _Plan(
+        fmt,
+        committed,
+        follow,
+        from_head,
+        offset,
+        content_type,
+        skip_errors,
+        max_messages,
+        timeout.total_seconds() if timeout is not None else None,
+    )
     client = state.client()
     out = sys.stdout.buffer
     if name is not None:
@@ -156,15 +197,24 @@ def _read_one(client: JournalClient, name: str, plan: _Plan, out: BinaryIO) -> N
         raise click.ClickException(
             f"offset {start} is past the write head {head} of journal {name}"
         )
+    if plan.content_type is not None or plan.offset:
+        content_type = _content_type(client, name, plan.content_type, required=False)
+        if plan.offset and content_type is not None:
+            _check_frame_boundary(client, name, plan.offset, content_type)
     _begin_output(plan, out)
     if plan.follow:
-        for data in _stream(client, name, plan, start, merged=False):
-            out.write(data)
-            out.flush()
+        _follow(client, [(name, start)], plan, out)
         return
+    counter = _Counter(plan.max_messages)
     with progress(f"read {name}", total=head - start, streams_stdout=True) as bar:
-        for data in _stream(client, name, plan, start, merged=False, bar=bar):
-            out.write(data)
+        pieces = _stream(client, name, plan, start, merged=False, bar=bar)
+        try:
+            for data in pieces:
+                out.write(data)
+                if counter.done():
+                    break
+        finally:
+            pieces.close()  # type: ignore[attr-defined]
 
 
 def _read_each(client: JournalClient, selector: Any, plan: _Plan, out: BinaryIO) -> None:
@@ -174,13 +224,62 @@ def _read_each(client: JournalClient, selector: Any, plan: _Plan, out: BinaryIO)
         return
     starts = {s.name: _start(client, s.name, plan) for s in specs}
     _begin_output(plan, out)
+    counter = _Counter(plan.max_messages)
     with progress("read", streams_stdout=True) as bar:
         for spec in specs:
             bar.describe(f"read {spec.name}")
             bar.add_total(max(client.head(spec.name) - starts[spec.name], 0))
             part = _Part(bar)
-            for data in _stream(client, spec.name, plan, starts[spec.name], merged=False, bar=part):
-                out.write(data)
+            pieces = _stream(client, spec.name, plan, starts[spec.name], merged=False, bar=part)
+            try:
+                for data in pieces:
+                    out.write(data)
+                    if counter.done():
+                        return
+            finally:
+                pieces.close()  # type: ignore[attr-defined]
+
+
+class _Counter:
+    """Counts printed messages up to `--max-messages` (if given)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.count = 0
+
+    def done(self) -> bool:
+        """Count one message; True once the limit is reached."""
+        self.count += 1
+        return self.limit is not None and self.count >= self.limit
+
+
+def _check_frame_boundary(client: JournalClient, name: str, offset: int, content_type: str) -> None:
+    """Refuse a start offset inside a frame: raw output from there would begin with the
+    tail of a frame, and decoding would fail on it."""
+    from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
+
+    if offset <= 0:
+        return
+    if content_type == CONTENT_TYPE_PROTOBUF_FIXED:
+        from oncelog.framing.fixed import MAGIC_WORD
+
+        reader = client.read(name, offset)
+        try:
+            at = reader.read(len(MAGIC_WORD))
+        finally:
+            reader.close()
+        ok = not at or at == MAGIC_WORD
+    else:
+        reader = client.read(name, offset - 1)
+        try:
+            ok = reader.read(1) == b"\n"
+        finally:
+            reader.close()
+    if not ok:
+        raise click.ClickException(
+            f"offset {offset} of journal {name} is inside a frame, not at its start: start at "
+            "a frame boundary (a 'begin' printed by --format json, or the head)"
+        )
 
 
 class _Part(Progress):
@@ -219,6 +318,7 @@ def _stream(
     from oncelog.framing import for_content_type
 
     content_type = _content_type(client, name, plan.content_type)
+    assert content_type is not None
     if plan.committed and content_type == "application/x-protobuf-fixed":
         raise click.ClickException(
             f"cannot read journal {name} committed: its protobuf messages' UUIDs need their "
@@ -247,20 +347,29 @@ def _warn_and_skip(exc: Exception) -> None:
     warn(f"skipped: {exc}")
 
 
-def _content_type(client: JournalClient, name: str, override: str | None) -> str:
+def _content_type(
+    client: JournalClient, name: str, override: str | None, *, required: bool = True
+) -> str | None:
+    """The journal's framing: its spec's content type (a different --content-type is an
+    error), or --content-type for a journal with no spec."""
     from oncelog.journal import JournalNotFound
 
     try:
         spec = client.get(name)
     except JournalNotFound:
         client.head(name)  # no fragments either: let JournalNotFound say so
-        if override:
+        if override or not required:
             return override
         raise click.ClickException(
             f"journal {name} has fragments but no oncelog spec (a Gazette fragment store?): "
             "pass --content-type, or read it with --format raw"
         ) from None
-    return override or spec.content_type
+    if override is not None and override != spec.content_type:
+        raise click.UsageError(
+            f"--content-type {override} contradicts journal {name}'s content type "
+            f"{spec.content_type}: --content-type is for journals without an oncelog spec"
+        )
+    return spec.content_type
 
 
 @dataclass(slots=True)
@@ -272,42 +381,76 @@ class _Failed:
 def _tail_all(
     client: JournalClient, selector: Any, plan: _Plan, out: BinaryIO, refresh: float
 ) -> None:
-    """Tail every journal matching `selector` at once, one thread each, until interrupted."""
-    pieces: queue.Queue[bytes | _Failed] = queue.Queue(maxsize=1024)
+    """Tail every journal matching `selector` at once, one thread each, until interrupted
+    (or --timeout, --max-messages)."""
     tailed: set[str] = set()
 
-    def pump(name: str, start: int) -> None:
-        try:
-            for data in _stream(client, name, plan, start, merged=True):
-                pieces.put(data)
-        except BaseException as exc:  # reported by the main thread
-            pieces.put(_Failed(name, exc))
-
-    def discover(first: bool) -> None:
+    def discover(first: bool) -> list[tuple[str, int]]:
+        found = []
         for spec in client.list(selector):
             if spec.name in tailed:
                 continue
             tailed.add(spec.name)
             # A journal that appears later is new since we started: read all of it.
-            start = _start(client, spec.name, plan) if first else 0
-            threading.Thread(
-                target=pump, args=(spec.name, start), daemon=True, name=f"tail {spec.name}"
-            ).start()
+            found.append((spec.name, _start(client, spec.name, plan) if first else 0))
+        return found
 
-    discover(True)
+    initial = discover(True)
     _begin_output(plan, out)
     if not tailed:
         warn(f"no journals match selector {str(selector)!r} yet; waiting for some")
-    next_refresh = time.monotonic() + refresh
-    while True:
+    _follow(client, initial, plan, out, lambda: discover(False), refresh, merged=True)
+
+
+def _follow(
+    client: JournalClient,
+    journals: list[tuple[str, int]],
+    plan: _Plan,
+    out: BinaryIO,
+    discover: Callable[[], list[tuple[str, int]]] | None = None,
+    refresh: float = 0.0,
+    *,
+    merged: bool = False,
+) -> None:
+    """Tail `journals` (name, start offset), one thread each, writing what they read until
+    interrupted, --timeout passes or --max-messages are printed; `discover()`, called every
+    `refresh` seconds, names more journals to tail."""
+    pieces: queue.Queue[bytes | _Failed] = queue.Queue(maxsize=1024)
+
+    def pump(name: str, start: int) -> None:
         try:
-            item = pieces.get(timeout=max(next_refresh - time.monotonic(), 0.0))
+            for data in _stream(client, name, plan, start, merged=merged):
+                pieces.put(data)
+        except BaseException as exc:  # reported by the main thread
+            pieces.put(_Failed(name, exc))
+
+    def tail(found: list[tuple[str, int]]) -> None:
+        for name, start in found:
+            threading.Thread(
+                target=pump, args=(name, start), daemon=True, name=f"tail {name}"
+            ).start()
+
+    tail(journals)
+    counter = _Counter(plan.max_messages)
+    deadline = None if plan.timeout is None else time.monotonic() + plan.timeout
+    next_refresh = time.monotonic() + refresh if discover is not None else math.inf
+    while True:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            break
+        wait = min(next_refresh, deadline if deadline is not None else math.inf) - now
+        try:
+            item = pieces.get(timeout=None if wait == math.inf else max(wait, 0.0))
         except queue.Empty:
-            discover(False)
-            next_refresh = time.monotonic() + refresh
+            if discover is not None and time.monotonic() >= next_refresh:
+                tail(discover())
+                next_refresh = time.monotonic() + refresh
             continue
         if isinstance(item, _Failed):
             raise item.error
         out.write(item)
+        if counter.done():
+            break
         if pieces.empty():
             out.flush()
+    out.flush()

@@ -3,23 +3,38 @@
 A checkpoint is a JSON object stored once, never overwritten, at
 `<root>/.oncelog/checkpoints/<group>/<seq:016x>.json` (a shard of a group:
 `<group>/shard-<i:03d>-of-<n:03d>/<seq:016x>.json`). Checkpoint N+1 is written
-create-only-if-absent, so of several instances of a group exactly one can
-commit each transaction; a group's descriptor `<root>/.oncelog/groups/<group>.json`
-records its shard count. See docs/consumers.md.
+create-only-if-absent and then *claimed* (`CheckpointStore.claim`): it counts only if no
+checkpoint above N+1 (and no tombstone of a deletion at or above N+1) is listed right
+after the write, so pruning old checkpoints never reopens a number to a zombie instance.
+A group's descriptor `<root>/.oncelog/groups/<group>.json` records its shard count; a
+deleted group leaves `tombstone-<floor:016x>.json` in each of its checkpoint directories.
+See docs/consumers.md ("Fencing, pruning and deletion").
+
+Every object written here with `put_if_absent` holds a fresh random `token`, so its bytes
+are unique to the write attempt: `JournalClient.put_if_absent` relies on that to recognise
+its own object after a lost reply (an "already exists" answer to a retried PUT).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from oncelog import errors
+from oncelog.errors import OncelogError
+from oncelog.framing import FramingError, for_content_type
+from oncelog.journal.errors import InvalidJournalName, JournalNotFound
+from oncelog.journal.names import validate_journal_name
+from oncelog.message import Flags
 from oncelog.publisher import AckIntent
 from oncelog.sequencer import ProducerState
 
@@ -37,17 +52,29 @@ __all__ = [
     "validate_group_name",
     "read_group_info",
     "ensure_group",
+    "recoverable_intents",
 ]
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "oncelog-checkpoint/1"
 GROUP_FORMAT = "oncelog-group/1"
+TOMBSTONE_FORMAT = "oncelog-tombstone/1"
 MAX_GROUP_NAME_LEN = 128
 
 _CHECKPOINT_NAME = re.compile(r"^([0-9a-f]{16})\.json$")
+# "t" sorts after every hex digit, so a LIST that starts after any checkpoint's name
+# (S3 StartAfter) always returns the tombstones too.
+_TOMBSTONE_NAME = re.compile(r"^tombstone-([0-9a-f]{16})\.json$")
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9_+=%-][A-Za-z0-9._+=%-]*$")
 
 
-class ConsumerError(RuntimeError):
+def new_token() -> str:
+    """A random token making an object's bytes unique to one write attempt."""
+    return secrets.token_hex(16)
+
+
+class ConsumerError(OncelogError, RuntimeError):
     """A consumer or consumer-group operation cannot go on (the message says why)."""
 
 
@@ -55,8 +82,10 @@ class CheckpointError(ConsumerError):
     """A checkpoint or group descriptor is unreadable or corrupt; the message names the file."""
 
 
-class FencedOut(ConsumerError):
-    """Another instance of the group committed first: this one must stop publishing."""
+class FencedOut(ConsumerError, errors.FencedOut):
+    """Another instance of the group committed first: this one must stop publishing.
+
+    Also an `oncelog.errors.FencedOut`, the error of every fenced-out writer."""
 
 
 def validate_group_name(group: object) -> str:
@@ -87,6 +116,12 @@ class Checkpoint:
     recovery: appending an ACK twice is harmless); `state` is the handler's
     JSON state, or absent (`has_state` False) when the consumer should start
     from its initial state. `writer` is the producer ID of the instance that wrote it.
+    `ack_producer` is the producer ID the ACK intents acknowledge: the `writer` of the
+    commit checkpoint that built them, carried unchanged by the recovery and reset
+    checkpoints that copy them (recovery checks every intent against it).
+
+    Invariants: `seq` is the predecessor's plus one; a checkpoint is written once
+    (put-if-absent) and only counts once claimed (see `CheckpointStore.claim`).
     """
 
     group: str
@@ -101,6 +136,10 @@ class Checkpoint:
     created: datetime = field(default_factory=_now)
     reason: str = "commit"
     writer: bytes | None = None
+    ack_producer: bytes | None = None
+    sink: Any = None
+    """The reference of the statements of the last commit for an external sink
+    (oncelog.consumer.sink), carried by recovery and reset checkpoints like ACK intents."""
 
     def successor(self, **changes: Any) -> Checkpoint:
         """Checkpoint seq+1 with the same contents except `changes` (created now)."""
@@ -108,7 +147,12 @@ class Checkpoint:
         return replace(self, seq=self.seq + 1, **changes)
 
     def to_json(self, state_json: bytes | None = None) -> bytes:
-        """The stored form. `state_json` (already encoded state) avoids encoding it twice."""
+        """The stored form. `state_json` (already encoded state) avoids encoding it twice.
+
+        Each call stamps a fresh random `token`: the bytes of every write attempt are
+        unique (even a retried recovery, or two resets of the same checkpoint), which
+        `JournalClient.put_if_absent` relies on when it reads back an "already exists".
+        """
         doc: dict[str, Any] = {
             "format": CHECKPOINT_FORMAT,
             "group": self.group,
@@ -117,6 +161,8 @@ class Checkpoint:
             "created": self.created.isoformat(),
             "reason": self.reason,
             "writer": None if self.writer is None else self.writer.hex(),
+            "token": new_token(),
+            "ack_producer": None if self.ack_producer is None else self.ack_producer.hex(),
             "offsets": self.offsets,
             "producers": [p.to_dict() for p in self.producers],
             "ack_intents": [
@@ -124,6 +170,8 @@ class Checkpoint:
                 for a in self.ack_intents
             ],
         }
+        if self.sink is not None:
+            doc["sink"] = self.sink
         if self.has_state:
             doc["state"] = self.state if state_json is None else orjson.Fragment(state_json)
         return orjson.dumps(doc)
@@ -165,6 +213,7 @@ class Checkpoint:
                 for a in doc["ack_intents"]
             ]
             writer = doc.get("writer")
+            ack_producer = doc.get("ack_producer")
             created = datetime.fromisoformat(doc["created"])
             return cls(
                 group=group,
@@ -179,6 +228,8 @@ class Checkpoint:
                 created=created,
                 reason=str(doc.get("reason", "commit")),
                 writer=None if writer is None else bytes.fromhex(writer),
+                ack_producer=None if ack_producer is None else bytes.fromhex(ack_producer),
+                sink=doc.get("sink"),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise bad(f"{type(exc).__name__}: {exc}") from None
@@ -188,8 +239,38 @@ def _display_path(client: "JournalClient", rel: str) -> str:
     return f"{client.root.rstrip('/')}/.oncelog/{rel}"
 
 
+class _Listing(NamedTuple):
+    """One LIST of a checkpoint directory."""
+
+    seqs: list[int]
+    """Checkpoint numbers, ascending."""
+    floors: list[int]
+    """Floors of the tombstones, ascending (always all of them, whatever the LIST's start)."""
+
+    @property
+    def floor(self) -> int:
+        """The highest tombstone floor: checkpoints up to it belong to a deleted group."""
+        return self.floors[-1] if self.floors else 0
+
+
 class CheckpointStore:
-    """The checkpoints of one group, or of one shard of a group, in a journal store."""
+    """The checkpoints of one group, or of one shard of a group, in a journal store.
+
+    Fencing rests on two invariants that every operation here keeps:
+
+    - I1 (the top survives): `prune` deletes a checkpoint only if a higher one was listed
+      by the same LIST; `delete_all` deletes checkpoints only after writing a tombstone
+      whose floor is at least each of them, and a tombstone goes only once a higher one
+      exists. So once "a checkpoint above S, or a tombstone with floor >= S" is true it
+      stays true forever (a chain of deletions, each needing a higher survivor, ends at
+      one that is never deleted).
+    - I2 (no skipping): every writer's next number is the number of a checkpoint it saw
+      (or wrote, or a floor) plus one.
+
+    Hence `claim`: write S only if absent, then LIST after S. A number that is free only
+    because it was pruned (or deleted with the group) always has a higher checkpoint or a
+    covering tombstone (I1), and the LIST sees it; see `claim` for the argument.
+    """
 
     def __init__(
         self, client: "JournalClient", group: str, shard: int | None = None, shards: int = 1
@@ -218,16 +299,40 @@ class CheckpointStore:
         """The checkpoint's full path, as named in errors."""
         return _display_path(self.client, self.relative_path(seq))
 
-    def seqs(self, after: int | None = None) -> list[int]:
-        """Sequence numbers of the stored checkpoints, ascending (only those > `after`)."""
+    def tombstone_relative_path(self, floor: int) -> str:
+        """The path under `<root>/.oncelog/` of the tombstone fencing checkpoints <= `floor`."""
+        return f"{self.directory}/tombstone-{floor:016x}.json"
+
+    def tombstone_path(self, floor: int) -> str:
+        """The tombstone's full path, as named in errors."""
+        return _display_path(self.client, self.tombstone_relative_path(floor))
+
+    def _list(self, after: int | None = None) -> _Listing:
+        """One LIST: the checkpoints numbered above `after` (all if None), and the tombstones."""
         start = None if after is None else f"{after:016x}.json"
-        out = []
+        seqs, floors = [], []
         for name in self.client.list_objects(self.directory, after=start):
             m = _CHECKPOINT_NAME.match(name)
             if m:
-                out.append(int(m.group(1), 16))
-        out.sort()
-        return out
+                seqs.append(int(m.group(1), 16))
+                continue
+            m = _TOMBSTONE_NAME.match(name)
+            if m:
+                floors.append(int(m.group(1), 16))
+        seqs.sort()
+        floors.sort()
+        return _Listing(seqs, floors)
+
+    def seqs(self, after: int | None = None) -> list[int]:
+        """Sequence numbers of the stored checkpoints, ascending (only those > `after`).
+
+        These include a deleted group's leftovers (numbers up to `floor()`), which
+        `latest` ignores."""
+        return self._list(after).seqs
+
+    def floor(self) -> int:
+        """The highest number fenced by a tombstone (the group was deleted there), or 0."""
+        return self._list().floor
 
     def load(self, seq: int) -> Checkpoint:
         """Read checkpoint `seq`; CheckpointError naming the file if missing or corrupt."""
@@ -252,33 +357,173 @@ class CheckpointStore:
         return cp
 
     def latest(self, after: int | None = None) -> Checkpoint | None:
-        """The checkpoint with the highest seq (> `after` if given), or None if there is none."""
-        seqs = self.seqs(after)
-        return self.load(seqs[-1]) if seqs else None
+        """The checkpoint with the highest seq (> `after` if given), or None if there is none.
+
+        Checkpoints at or below the tombstone floor (a deleted group's, or a zombie's
+        written after the deletion) are not the group's: they are ignored."""
+        return self.latest_and_floor(after)[0]
+
+    def latest_and_floor(self, after: int | None = None) -> tuple[Checkpoint | None, int]:
+        """`latest(after)` and `floor()` from one LIST. With no checkpoint, the next
+        writer numbers its checkpoint floor + 1."""
+        listing = self._list(after)
+        live = [s for s in listing.seqs if s > listing.floor]
+        return (self.load(live[-1]) if live else None), listing.floor
 
     def write(self, cp: Checkpoint, data: bytes | None = None) -> bool:
-        """Store `cp` only if its seq is free; False if another instance took it first."""
+        """Store `cp` only if its seq is free; False if another instance took it first.
+
+        Success alone does not make `cp` the group's: the number may have been free
+        because it was pruned. Use `claim`, which also checks that."""
         if cp.group != self.group or cp.shard != self.shard:
             raise ValueError(f"{cp!r} does not belong in {self!r}")
         return self.client.put_if_absent(self.relative_path(cp.seq), data or cp.to_json())
 
+    def superseded(self, seq: int) -> str | None:
+        """Why a checkpoint numbered `seq` is not (or no longer) the group's newest: a
+        higher checkpoint, or a tombstone fencing it; None if neither. One LIST."""
+        listing = self._list(seq)
+        if listing.seqs:
+            return f"checkpoint {self.path(listing.seqs[-1])} exists"
+        if listing.floor >= seq:
+            return (
+                f"the group was deleted: tombstone {self.tombstone_path(listing.floor)} fences"
+                f" out checkpoints up to {listing.floor}"
+            )
+        return None
+
+    def claim(self, cp: Checkpoint, data: bytes | None = None) -> str | None:
+        """Write `cp` only if its number is free, then check that nothing is above it
+        (one LIST starting after it: normally empty); None if `cp` is now the group's
+        newest checkpoint, else why it is not (the message names the paths).
+
+        Only a claimed checkpoint may be acted on (its ACK intents appended, its
+        recovery used). A write that succeeded but is not claimed landed in a hole left
+        by pruning, or in a deleted group: the writer is a zombie; its object is left
+        in place (it may instead be a checkpoint another instance has already recovered
+        from, so deleting it could lose a commit), is never `latest`, and goes with the
+        next prune or deletion.
+
+        Linearization, with the store's guarantees (put-if-absent is atomic; a LIST
+        reflects every write and delete completed before it started: S3 has been
+        strongly consistent since 2020, local disk and memory trivially). Let W's write
+        of S succeed at t1 and its LIST, at t2 > t1, show nothing above S.
+
+        - No checkpoint S existed before W's (never written, so never pruned): deleting
+          one would have made "a checkpoint above S, or a tombstone with floor >= S"
+          true, and by I1 it would still hold at t2, where the LIST would see it.
+        - So nobody superseded W's predecessor S-1: an instance taking over writes (the
+          latest it saw) + 1 (I2); had it seen S-1 it would have written S first (W's
+          write would have failed); had it seen S (after t1) its S+1, written before
+          t2, would be in the LIST, or is written after t2 (next point).
+        - Anyone writing after t2 numbers its checkpoint >= S+1 from the S it reads
+          (or fails on S), and a recovery re-appends S's ACK intents: so W may append
+          them too, and S is committed once.
+        """
+        if not self.write(cp, data):
+            return (
+                f"checkpoint {self.path(cp.seq)} was written by another instance of the group"
+                " first"
+            )
+        above = self.superseded(cp.seq)
+        if above is None:
+            return None
+        return (
+            f"checkpoint {self.path(cp.seq)} was written, but {above}: another instance took"
+            f" the group over (and checkpoint {cp.seq} had been pruned, or the group deleted,"
+            " before this write)"
+        )
+
     def prune(self, keep: int) -> list[int]:
-        """Delete all but the `keep` newest checkpoints; returns the deleted seqs."""
+        """Delete all but the `keep` newest checkpoints; returns the deleted seqs.
+
+        Keeps I1 with any number of concurrent prunes and zombies: it deletes only
+        numbers below the highest one its own LIST saw (`keep` >= 1), never tombstones.
+        Fencing does not depend on the deleted checkpoints (see `claim`).
+
+        Then the SQLite state objects (oncelog.consumer.state) that no kept checkpoint
+        references and that are numbered below the oldest kept one go too (one more LIST;
+        if there are any, one GET per kept checkpoint)."""
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(
                 f"keep must be an int >= 1 (the latest checkpoint stays), not {keep!r}"
             )
-        doomed = self.seqs()[:-keep]
+        seqs = self.seqs()
+        doomed = seqs[:-keep]
         for seq in doomed:
             self.client.delete_object(self.relative_path(seq))
+        if seqs:
+            self.prune_state(seqs[-keep:])
         return doomed
 
+    def prune_state(self, kept: list[int]) -> list[str]:
+        """Delete the state objects unreferenced by checkpoints `kept` and numbered below
+        the lowest of them; returns their names. If a kept checkpoint is gone or
+        unreadable (a concurrent prune), nothing is deleted this time."""
+        from oncelog.consumer.sink import sink_object_names
+        from oncelog.consumer.state import (
+            prune_state_objects,
+            state_directory,
+            state_object_names,
+        )
+
+        directory = state_directory(self.directory)
+        if not kept or not self.client.list_objects(directory):
+            return []
+        referenced: set[str] = set()
+        for seq in kept:
+            try:
+                cp = self.load(seq)
+            except CheckpointError:
+                return []
+            if cp.has_state:
+                referenced |= state_object_names(cp.state)
+            referenced |= sink_object_names(cp.sink)
+        return prune_state_objects(self.client, directory, referenced, min(kept))
+
     def delete_all(self) -> list[int]:
-        """Delete every checkpoint here (stop the group's consumers first)."""
-        doomed = self.seqs()
-        for seq in doomed:
+        """Delete every checkpoint here, leaving a tombstone that fences out zombies;
+        returns the numbers of the checkpoints deleted (stop the group's consumers first).
+
+        With D the highest number listed (or the old floor): claim a "deleted"
+        checkpoint D+1, so a live instance's commit or recovery racing with this makes it
+        fail (ConsumerError; nothing is deleted); write `tombstone-<D+1>.json`; then delete
+        the checkpoints listed, D+1 and older tombstones. A zombie's later write numbered
+        <= D+1 (all it can write, by I2) lands in the empty directory but is not claimed
+        (the tombstone covers it) and is ignored by `latest`. A new consumer of the group
+        starts from nothing at D+2.
+        """
+        listing = self._list()
+        top = max(listing.seqs[-1] if listing.seqs else 0, listing.floor) + 1
+        fence = Checkpoint(
+            self.group, top, shard=self.shard, shards=self.shards, reason="deleted"
+        )
+        why = self.claim(fence)
+        if why is not None:
+            raise ConsumerError(
+                f"deleting consumer group {self.group!r} raced with a commit: {why}; stop its"
+                " consumers and retry"
+            )
+        doc = {
+            "format": TOMBSTONE_FORMAT,
+            "group": self.group,
+            "shard": None if self.shard is None else {"index": self.shard, "count": self.shards},
+            "floor": top,
+            "created": _now().isoformat(),
+            "token": new_token(),
+        }
+        self.client.put_if_absent(self.tombstone_relative_path(top), orjson.dumps(doc))
+        for seq in [*listing.seqs, top]:
             self.client.delete_object(self.relative_path(seq))
-        return doomed
+        from oncelog.consumer.state import state_directory
+
+        state_dir = state_directory(self.directory)
+        for name in self.client.list_objects(state_dir):
+            self.client.delete_object(f"{state_dir}/{name}")
+        for floor in listing.floors:
+            if floor < top:
+                self.client.delete_object(self.tombstone_relative_path(floor))
+        return listing.seqs
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,17 +570,20 @@ def read_group_info(client: "JournalClient", group: str) -> GroupInfo | None:
 
 
 def ensure_group(client: "JournalClient", group: str, shards: int) -> GroupInfo:
-    """Create the descriptor of `group` if absent; ConsumerError if it has another shard count."""
+    """Create the descriptor of `group` if absent; ConsumerError if it has another shard count.
+
+    Each attempt's descriptor holds a fresh `token` (put_if_absent callers' contract)."""
     if not isinstance(shards, int) or shards < 1:
         raise ValueError(f"shards must be an int >= 1, not {shards!r}")
     info = GroupInfo(group, shards)
-    doc = {
-        "format": GROUP_FORMAT,
-        "group": group,
-        "shards": shards,
-        "created": info.created.isoformat(),
-    }
     for _ in range(3):
+        doc = {
+            "format": GROUP_FORMAT,
+            "group": group,
+            "shards": shards,
+            "created": info.created.isoformat(),
+            "token": new_token(),  # unique bytes per attempt: see put_if_absent
+        }
         if client.put_if_absent(_group_path(group), orjson.dumps(doc)):
             return info
         existing = read_group_info(client, group)
@@ -363,3 +611,70 @@ def delete_group_info(client: "JournalClient", group: str) -> None:
 def intents_journals(intents: Iterable[AckIntent]) -> list[str]:
     """The journals a list of ACK intents goes to (for messages and logs)."""
     return sorted({a.journal for a in intents})
+
+
+def recoverable_intents(client: "JournalClient", cp: Checkpoint, where: str) -> list[AckIntent]:
+    """Check everything recovery will act on in checkpoint `cp` (stored at `where`),
+    before anything is written; returns the ACK intents to re-append.
+
+    The journal names of the offsets, producer states and intents must be valid, and
+    each intent must decode, with the framing of its journal's content type, to exactly
+    one message whose UUID is an ACK_TXN of `cp.ack_producer` (for checkpoints written
+    before that field: of `cp.writer` for a commit, else of one producer for all
+    intents). Otherwise CheckpointError naming `where`, the intent's index and journal:
+    appending anything else would make the journal unreadable, or acknowledge another
+    producer's outputs. An intent for a journal that no longer exists (JournalNotFound)
+    is logged and skipped, as Gazette's consumer does; storage errors propagate.
+    """
+
+    def bad(reason: str) -> CheckpointError:
+        return CheckpointError(f"corrupt consumer checkpoint {where}: {reason}")
+
+    for journal in [*cp.offsets, *(p.journal for p in cp.producers)]:
+        try:
+            validate_journal_name(journal)
+        except InvalidJournalName as exc:
+            raise bad(f"offsets or producer states name an invalid journal: {exc}") from None
+    expected = cp.ack_producer
+    if expected is None and cp.reason == "commit":
+        expected = cp.writer
+    out: list[AckIntent] = []
+    for i, intent in enumerate(cp.ack_intents):
+        what = f"ACK intent #{i} (journal {intent.journal!r})"
+        try:
+            journal = validate_journal_name(intent.journal)
+        except InvalidJournalName as exc:
+            raise bad(f"{what}: {exc}") from None
+        try:
+            spec = client.get(journal)
+        except JournalNotFound:
+            log.warning(
+                "consumer checkpoint %s: %s: the journal no longer exists; not re-appending"
+                " its ACK", where, what,
+            )
+            continue
+        try:
+            framing = for_content_type(spec.content_type)
+            result = framing.decode(intent.intent, journal=journal, base=0, final=True)
+        except FramingError as exc:
+            raise bad(f"{what} is not a frame of the journal's framing: {exc}") from None
+        if len(result.envelopes) != 1 or result.consumed != len(intent.intent):
+            raise bad(
+                f"{what} holds {len(result.envelopes)} message(s) in {result.consumed} of its"
+                f" {len(intent.intent)} bytes, not exactly one ACK"
+            )
+        try:
+            producer, _clock, flags = result.envelopes[0].ids
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise bad(f"{what}: its message has no valid UUID: {exc}") from None
+        if flags != Flags.ACK_TXN:
+            raise bad(f"{what} is not an ACK_TXN acknowledgement (UUID flags {flags!r})")
+        if expected is None:
+            expected = producer  # an older recovery or reset checkpoint: one producer
+        if producer != expected:
+            raise bad(
+                f"{what} acknowledges producer {producer.hex()}, not {expected.hex()} whose"
+                " transaction the checkpoint commits"
+            )
+        out.append(intent)
+    return out

@@ -27,6 +27,7 @@ from oncelog.framing.base import (
     decode_stream,
     for_content_type,
     register,
+    set_gc_pausing,
 )
 from oncelog.framing.csvlines import CSVFraming
 from oncelog.framing.fixed import (
@@ -64,6 +65,7 @@ __all__ = [
     "encode_fixed_frame",
     "for_content_type",
     "register",
+    "set_gc_pausing",
     "unpack_fixed_frame",
     "unpack_line",
 ]

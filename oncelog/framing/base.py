@@ -8,6 +8,7 @@ Envelopes, which is what keeps readers fast in Python.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from itertools import accumulate, islice, repeat
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from oncelog.errors import OncelogError
 from oncelog.message import Envelope
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "content_types",
     "decode_stream",
     "decode_batches",
+    "set_gc_pausing",
 ]
 
 CONTENT_TYPE_JSON_LINES = "application/x-ndjson"
@@ -59,7 +62,7 @@ def snippet(data: bytes | bytearray | memoryview) -> str:
     return repr(data)
 
 
-class FramingError(Exception):
+class FramingError(OncelogError):
     """Base of every error a framing raises about content types, messages or bytes."""
 
 
@@ -239,10 +242,32 @@ PROMOTE_BATCH = 50_000
 """Frames in one batch from which the end of a pause promotes the batch to the oldest
 generation instead of leaving it to young-generation collections."""
 
+GC_PAUSE_ENV = "ONCELOG_GC_PAUSE"
+"""Set to 1 to opt a process in to pausing the collector while decoding, without code."""
+
+_gc_pausing = os.environ.get(GC_PAUSE_ENV, "") not in ("", "0")
+
+
+def set_gc_pausing(enabled: bool) -> bool:
+    """Opt in (or out) of pausing the process's garbage collector while decoding; returns
+    the previous setting. Off by default: a library must not change its host process's
+    collector behind its back.
+
+    When on, decoding a large batch disables the cyclic collector process-wide for the
+    batch (see `gc_paused`) and may `gc.freeze()`/`gc.unfreeze()` to promote it; this
+    makes bulk decoding faster (benchmarks/framing.py) in processes that own their
+    collector, e.g. a batch job.
+    """
+    global _gc_pausing
+    with _gc_lock:
+        previous, _gc_pausing = _gc_pausing, bool(enabled)
+    return previous
+
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a batch of envelopes is built.
+    """Pause the cyclic garbage collector while a batch of envelopes is built, if the
+    process opted in with `set_gc_pausing(True)`; otherwise do nothing.
 
     Building many objects that all stay referenced makes CPython run collections
     that free nothing and cost more than the decoding itself. Nested and
@@ -254,6 +279,9 @@ def gc_paused() -> Iterator[None]:
     objects of its own.
     """
     global _gc_depth, _gc_resume, _gc_promote
+    if not _gc_pausing:
+        yield
+        return
     with _gc_lock:
         if _gc_depth == 0:
             _gc_resume = gc.isenabled()

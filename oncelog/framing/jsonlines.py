@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from oncelog import _native
 from oncelog.framing.base import (
     CONTENT_TYPE_JSON_LINES,
     Buffer,
@@ -24,7 +25,6 @@ from oncelog.framing.base import (
     map_until_error,
     snippet,
 )
-from oncelog import _native
 from oncelog.message import Envelope, JSONMessage
 
 __all__ = ["JSONFraming", "unpack_line"]

@@ -10,17 +10,22 @@ from oncelog.journal.client import DEFAULT_GC_GRACE, JournalClient, open_journal
 from oncelog.journal.errors import (
     AppendFailed,
     AppendNotSupported,
+    CorruptSpec,
     FragmentChecksumError,
     InvalidFragmentName,
     InvalidJournalName,
     InvalidJournalSpec,
     InvalidObjectPath,
+    InvalidStoreURL,
     JournalError,
     JournalExists,
     JournalNotFound,
+    JournalRecreated,
     MissingFragment,
     OffsetNotAvailable,
     ReaderClosed,
+    StorageUnavailable,
+    StoreNotFound,
     UnknownCodec,
 )
 from oncelog.journal.fragment import Codec, Fragment, parse_content_name
@@ -28,6 +33,7 @@ from oncelog.journal.names import MAX_JOURNAL_NAME_LEN, validate_journal_name
 from oncelog.journal.reader import JournalReader
 from oncelog.journal.spec import DEFAULT_FRAGMENT_LENGTH, FragmentSpec, JournalOwner, JournalSpec
 from oncelog.journal.store import Claim, CorruptClaim
+from oncelog.journal.verify import VerifyProblem, VerifyReport
 
 __all__ = [
     "open_journals",
@@ -42,6 +48,8 @@ __all__ = [
     "AsyncAppend",
     "AsyncAppendMany",
     "JournalReader",
+    "VerifyReport",
+    "VerifyProblem",
     "parse_content_name",
     "validate_journal_name",
     "MAX_JOURNAL_NAME_LEN",
@@ -62,4 +70,9 @@ __all__ = [
     "AppendFailed",
     "OffsetNotAvailable",
     "ReaderClosed",
+    "StorageUnavailable",
+    "CorruptSpec",
+    "JournalRecreated",
+    "StoreNotFound",
+    "InvalidStoreURL",
 ]

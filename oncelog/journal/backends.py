@@ -22,7 +22,7 @@ from typing import Any, Iterable, Protocol, Sequence
 
 from fsspec import AbstractFileSystem
 
-from oncelog.journal.errors import AppendNotSupported
+from oncelog.journal.errors import AppendNotSupported, StoreNotFound
 
 __all__ = [
     "ObjectInfo",
@@ -68,7 +68,7 @@ class Backend(Protocol):
     def read(self, path: str, size_hint: int | None = None) -> bytes: ...
     def read_range(self, path: str, start: int, end: int) -> bytes: ...
     def read_many(self, paths: Sequence[str]) -> list[bytes | BaseException]: ...
-    def write(self, path: str, data: bytes | bytearray | memoryview | StagedFile) -> None: ...
+    def write(self, path: str, data: bytes | bytearray | memoryview) -> None: ...
     def create(self, path: str, data: bytes) -> bool: ...
     def exists(self, path: str) -> bool: ...
     def list_dir(self, path: str) -> list[ObjectInfo]: ...
@@ -80,6 +80,8 @@ class Backend(Protocol):
     def can_create(self) -> bool: ...
 
     def require_create(self) -> None: ...
+
+    def missing_store(self) -> str | None: ...
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -109,6 +111,11 @@ class _Base:
         if not self.can_create:
             raise AppendNotSupported(self._no_create_reason())
 
+    def missing_store(self) -> str | None:
+        """Why the store root does not exist (a sentence naming the directory or bucket),
+        or None if it does or the backend cannot tell (memory:// roots always exist)."""
+        return None
+
     def _no_create_reason(self) -> str:
         return (
             f"the {self.kind} filesystem {type(self.fs).__name__} at {self.root!r} cannot create "
@@ -129,6 +136,13 @@ class LocalBackend(_Base):
 
     def join(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
+
+    def missing_store(self) -> str | None:
+        if os.path.isdir(self.root):
+            return None
+        if os.path.lexists(self.root):
+            return f"the store {self.root!r} is not a directory (a regular file?)"
+        return f"the store directory {self.root!r} does not exist"
 
     def read(self, path: str, size_hint: int | None = None) -> bytes:
         with open(path, "rb", buffering=0) as f:
@@ -504,6 +518,13 @@ class S3Backend(GenericBackend):
             self.fs.pipe_file(path, data, mode="create")
         except FileExistsError:
             return False
+        except FileNotFoundError as exc:
+            if _no_such_bucket(exc):
+                bucket = self.root.split("/", 1)[0]
+                raise StoreNotFound(
+                    f"the S3 bucket {bucket!r} does not exist (store s3://{self.root})"
+                ) from exc
+            raise
         except OSError as exc:
             # s3fs maps 412 to FileExistsError only when the reply names the If-None-Match
             # condition (AWS, moto); other S3 implementations send a bare 412.
@@ -519,17 +540,37 @@ class S3Backend(GenericBackend):
         except FileNotFoundError:
             return False
 
+    def missing_store(self) -> str | None:
+        bucket = self.root.split("/", 1)[0]
+        try:
+            self.fs.call_s3("list_objects_v2", Bucket=bucket, MaxKeys=1)  # type: ignore[attr-defined]
+        except FileNotFoundError as exc:
+            if _no_such_bucket(exc):
+                return f"the S3 bucket {bucket!r} does not exist"
+            raise
+        return None
+
+    def _call(self, method: str, bucket: str, **kwargs: Any) -> Any:
+        try:
+            return self.fs.call_s3(method, Bucket=bucket, **kwargs)  # type: ignore[attr-defined]
+        except FileNotFoundError as exc:
+            if _no_such_bucket(exc):
+                raise StoreNotFound(
+                    f"the S3 bucket {bucket!r} does not exist (store s3://{self.root})"
+                ) from exc
+            raise
+
     def _list(self, path: str, delimiter: str, start_after: str | None = None) -> list[dict]:
         bucket, key, _ = self.fs.split_path(path)  # type: ignore[attr-defined]
         prefix = key.rstrip("/") + "/" if key else ""
-        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        kwargs: dict[str, Any] = {"bucket": bucket, "Prefix": prefix}
         if delimiter:
             kwargs["Delimiter"] = delimiter
         if start_after is not None:
             kwargs["StartAfter"] = prefix + start_after
         contents: list[dict] = []
         while True:
-            resp = self.fs.call_s3("list_objects_v2", **kwargs)  # type: ignore[attr-defined]
+            resp = self._call("list_objects_v2", **kwargs)
             for item in resp.get("Contents", ()):
                 item = dict(item)
                 item["Rel"] = item["Key"][len(prefix):]
@@ -571,6 +612,14 @@ class S3Backend(GenericBackend):
                 self.fs.call_s3(  # type: ignore[attr-defined]
                     "delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
                 )
+
+
+def _no_such_bucket(exc: BaseException) -> bool:
+    """Whether an s3fs error is S3's NoSuchBucket."""
+    response = getattr(exc.__cause__, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", "")) == "NoSuchBucket"
+    return "bucket does not exist" in str(exc)
 
 
 def _precondition_failed(exc: BaseException) -> bool:

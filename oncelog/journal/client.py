@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import builtins
+import logging
 import os
+import re
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Callable, NoReturn, TypeVar, cast
 
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol, url_to_fs
 
+from oncelog.journal import compaction
+from oncelog.journal._retry import retry
 from oncelog.journal.appender import Appender, AppendResult, AsyncAppend, AsyncAppendMany
 from oncelog.journal.errors import (
+    AppendFailed,
     AppendNotSupported,
+    CorruptSpec,
+    InvalidJournalSpec,
     InvalidObjectPath,
+    InvalidStoreURL,
     JournalError,
     JournalExists,
     JournalNotFound,
+    StorageUnavailable,
+    StoreNotFound,
 )
 from oncelog.journal.fragment import Fragment
 from oncelog.journal.index import ClaimsIndex, GazetteIndex, JournalIndex
@@ -30,6 +42,7 @@ from oncelog.journal.names import validate_journal_name, validate_object_path
 from oncelog.journal.reader import JournalReader
 from oncelog.journal.spec import JournalSpec
 from oncelog.journal.store import META_DIR, FragmentStore
+from oncelog.journal.verify import VerifyReport, verify_journal
 from oncelog.labels import LabelSelector
 
 __all__ = ["JournalClient", "open_journals", "DEFAULT_GC_GRACE"]
@@ -38,7 +51,11 @@ DEFAULT_GC_GRACE = timedelta(hours=1)
 """Unclaimed fragments younger than this are left alone by `gc` (a writer may be about to
 claim them)."""
 
-_RESERVED_META = ("claims", "journals")
+_RESERVED_META = ("claims", "journals", compaction.RECORDS)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class JournalClient:
@@ -57,13 +74,16 @@ class JournalClient:
         read_ahead: bool = True,
         poll_interval: tuple[float, float] = (0.01, 1.0),
     ) -> None:
-        self.store = FragmentStore(fs, root)
+        self.store = FragmentStore(fs, root, retry_timeout)
         self._retry_timeout = retry_timeout
         self._read_ahead = read_ahead
         self._poll = poll_interval
         self._lock = threading.Lock()
         self._indexes: dict[str, JournalIndex] = {}
         self._appenders: dict[str, Appender] = {}
+        # Per journal: held while an appender is made and while the journal is created or
+        # deleted, so a delete never races the making of an appender of the same client.
+        self._journal_locks: dict[str, threading.Lock] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
         _LIVE_CLIENTS.add(self)
@@ -97,58 +117,178 @@ class JournalClient:
     # -- journal management ------------------------------------------------------------------
 
     def create(self, spec: JournalSpec) -> JournalSpec:
-        """Store a new journal's spec; JournalExists if the name is taken."""
+        """Store a new journal's spec; JournalExists if the name is taken. Returns the stored
+        spec, which carries a new `incarnation` token naming this creation.
+
+        A create whose reply was lost and was retried (by botocore or by this client) finds
+        the spec it made itself, recognises its own token and succeeds."""
         if not isinstance(spec, JournalSpec):
             raise TypeError(f"create() takes a JournalSpec, not {type(spec).__name__}")
         self.store.backend.require_create()
-        if not self.store.backend.create(self.store.spec_path(spec.name), spec.to_json()):
-            raise JournalExists(f"journal {spec.name!r} already exists in {self!r}")
-        with self._lock:
-            self._indexes.pop(spec.name, None)
+        spec = replace(spec, incarnation=uuid.uuid4().hex)
+        with self._journal_lock(spec.name):
+            if not self._create_object(
+                self.store.spec_path(spec.name), spec.to_json(), f"create journal {spec.name!r}"
+            ):
+                raise JournalExists(f"journal {spec.name!r} already exists in {self!r}")
+            self._drop_cached(spec.name)
         return spec
 
     def get(self, name: str) -> JournalSpec:
-        """The spec of journal `name`; JournalNotFound if it has none."""
-        data = self.store.read_spec_bytes(validate_journal_name(name))
+        """The spec of journal `name`; JournalNotFound if it has none, CorruptSpec (naming
+        the journal and object) if it cannot be parsed."""
+        data = self._read_spec(name)
         if data is None:
-            raise JournalNotFound(f"journal {name!r} does not exist in {self!r}")
-        return _parse_spec(name, data)
+            raise self._not_found(f"journal {name!r} does not exist in {self!r}")
+        return self._parse_spec(name, data)
 
     def exists(self, name: str) -> bool:
         """Whether journal `name` has a spec here."""
-        return self.store.read_spec_bytes(validate_journal_name(name)) is not None
+        return self._read_spec(name) is not None
 
-    def list(self, selector: LabelSelector | str | None = "") -> list[JournalSpec]:
+    def list(
+        self,
+        selector: LabelSelector | str | None = "",
+        *,
+        on_error: Callable[[str, JournalError], None] | None = None,
+    ) -> builtins.list[JournalSpec]:
         """Specs of the journals whose labels (plus the `name` and `prefix` meta-labels)
-        match `selector` (Gazette syntax, e.g. `app=web, name:prefix=logs/`), by name."""
+        match `selector` (Gazette syntax, e.g. `app=web, name:prefix=logs/`), by name.
+
+        A journal whose spec cannot be read or parsed does not hide the others: it is left
+        out and reported to `on_error(name, error)` (by default, logged as a warning)."""
         sel = LabelSelector.from_value(selector or None)
-        names = self.store.list_spec_names()
+        names = self._with_retry(self.store.list_spec_names, "list journals")
+        if not names:
+            self.check_store()
         paths = [self.store.spec_path(n) for n in names]
+        results = self._with_retry(
+            lambda: self.store.backend.read_many(paths), f"read {len(paths)} journal specs"
+        )
         out = []
-        for name, data in zip(names, self.store.backend.read_many(paths)):
-            if isinstance(data, FileNotFoundError):
-                continue  # deleted since the listing
-            if isinstance(data, BaseException):
-                raise data
-            spec = _parse_spec(name, data)
+        for name, data in zip(names, results):
+            try:
+                if isinstance(data, FileNotFoundError):
+                    continue  # deleted since the listing
+                if isinstance(data, BaseException):
+                    again = self._read_spec(name)  # one failed GET of many: retried alone
+                    if again is None:
+                        continue
+                    data = again
+                spec = self._parse_spec(name, data)
+            except JournalError as exc:
+                if on_error is None:
+                    log.warning("%r: journal %r left out of the listing: %s", self, name, exc)
+                else:
+                    on_error(name, exc)
+                continue
             if sel.matches_journal(spec.name, spec.labels):
                 out.append(spec)
         return out
 
+    def check_store(self) -> None:
+        """Raise StoreNotFound if the store root is missing: a local directory that does not
+        exist (or is a regular file), an S3 bucket that does not exist. Reading calls check
+        this when they find nothing; `create` makes a missing local directory."""
+        reason = self._with_retry(self.store.backend.missing_store, "look up the store root")
+        if reason is not None:
+            raise StoreNotFound(f"{reason}: {self._missing_hint()}")
+
+    def _missing_hint(self) -> str:
+        if self.store.backend.kind == "local":
+            return (
+                "check the path; a new store is made by creating a journal in it "
+                "(`oncelog journals create`, JournalClient.create) or by "
+                "open_journals(url, create=True)"
+            )
+        return "check the URL; oncelog does not create buckets"
+
+    def _not_found(self, message: str) -> JournalNotFound:
+        """JournalNotFound with `message`, or StoreNotFound if the whole store is missing."""
+        reason = self._with_retry(self.store.backend.missing_store, "look up the store root")
+        if reason is not None:
+            return StoreNotFound(f"{message}: {reason}; {self._missing_hint()}")
+        return JournalNotFound(message)
+
+    def _read_spec(self, name: str) -> bytes | None:
+        """The bytes of the journal's spec.json, or None if it has none; transient storage
+        errors are retried for retry_timeout (then StorageUnavailable)."""
+        validate_journal_name(name)
+        return self._with_retry(
+            lambda: self.store.read_spec_bytes(name), f"read the spec of journal {name!r}"
+        )
+
+    def _parse_spec(self, name: str, data: bytes) -> JournalSpec:
+        where = self.store.spec_path(name)
+        try:
+            spec = JournalSpec.from_json(data)
+        except (InvalidJournalSpec, ValueError, TypeError) as exc:
+            raise CorruptSpec(
+                f"the spec of journal {name!r} ({where}) is corrupt: {exc}; fix or restore "
+                "that object (its fragments and claims are untouched)"
+            ) from None
+        if spec.name != name:
+            raise CorruptSpec(
+                f"the spec of journal {name!r} ({where}) names another journal: {spec.name!r}"
+            )
+        return spec
+
+    def _with_retry(self, op: Callable[[], T], what: str, ambiguous: bool = False) -> T:
+        """Run a storage call, retrying transient failures for retry_timeout; then raise
+        StorageUnavailable saying whether the outcome is known (`ambiguous`: a write that may
+        have taken effect)."""
+
+        def give_up(exc: Exception) -> NoReturn:
+            outcome = (
+                "its outcome is unknown (it may have taken effect)" if ambiguous else
+                "nothing was changed"
+            )
+            raise StorageUnavailable(
+                f"{self!r}: could not {what} within {self._retry_timeout} s; {outcome}: "
+                f"{exc!r}",
+                outcome_known=not ambiguous,
+            ) from exc
+
+        return retry(op, self._retry_timeout, give_up)
+
+    def _create_object(self, path: str, data: bytes, what: str) -> bool:
+        """Create `path` holding `data` only if absent; True if this call made it.
+
+        Every caller's `data` is unique to the attempt (a token, a writer id and a time), so
+        an object found with exactly these bytes was made by this call: an earlier try whose
+        reply was lost (botocore, s3fs or this loop retried a PUT that had taken effect and
+        then got 412). 409 conflicts and other transient answers are retried."""
+        backend = self.store.backend
+
+        class _Vanished(Exception):
+            """The object existed, then was deleted before it could be read: try again."""
+
+        def attempt() -> bool:
+            if backend.create(path, data):
+                return True
+            try:
+                existing = backend.read(path)
+            except FileNotFoundError:
+                raise _Vanished() from None
+            return bytes(existing) == data
+
+        return self._with_retry(attempt, what, ambiguous=True)
+
     def delete(self, name: str) -> None:
         """Remove the journal: its claims, fragments, then its spec (so an interrupted delete
-        can be repeated). JournalNotFound if it does not exist. Stop its writers first."""
+        can be repeated). JournalNotFound if it does not exist. Stop its writers first: this
+        client's own appends are excluded (they finish before, or fail after, the delete),
+        other processes' are not (their late claims carry the deleted journal's incarnation
+        and are reported as JournalRecreated by readers of a new journal of that name)."""
+        with self._journal_lock(name):
+            self._delete_locked(name)
+
+    def _delete_locked(self, name: str) -> None:
         self.get(name)
-        with self._lock:
-            appender = self._appenders.pop(name, None)
-            index = self._indexes.pop(name, None)
-        if appender is not None:
-            try:
-                appender.close()
-            except JournalError:
-                pass
+        index = self._drop_cached(name)
         store = self.store
         store.delete_claims(name, store.list_claim_begins(name))
+        compaction.delete_records(store, name)
         store.delete_fragments(store.list_fragments(name))
         store.backend.delete(
             [
@@ -164,6 +304,7 @@ class JournalClient:
                 store.journal_dir(name),
                 store.claims_dir(name),
                 store.backend.join(META_DIR, "journals", name),
+                compaction.records_dir(store, name),
             ):
                 prune(directory)
         if index is not None:
@@ -174,10 +315,7 @@ class JournalClient:
     def start_append(self, name: str) -> AsyncAppend:
         """Begin an append to `name`: `.write()` bytes, `.release()`, then `.result()`.
         Holds the journal's write lock until released, so the bytes stay together."""
-        appender = self._appenders.get(name)
-        if appender is None:
-            appender = self._appender(name)
-        return appender.start_append()
+        return self._appender(name).start_append()
 
     def append(self, name: str, data: bytes | bytearray | memoryview) -> AppendResult:
         """Append `data` as one append and return where it landed, once durable."""
@@ -199,14 +337,11 @@ class JournalClient:
         fragments. TypeError (naming the record) if one is not bytes-like: then none is
         appended. For bulk loads and batch publishing: far cheaper per record than
         `start_append`."""
-        appender = self._appenders.get(name)
-        if appender is None:
-            appender = self._appender(name)
-        return appender.start_append_many(records)
+        return self._appender(name).start_append_many(records)
 
     def append_many(
         self, name: str, records: Iterable[bytes | bytearray | memoryview]
-    ) -> list[AppendResult]:
+    ) -> builtins.list[AppendResult]:
         """Append each record as one append, in order, and return where each landed, once
         all are durable (see `start_append_many`)."""
         return self.start_append_many(name, records).result()
@@ -226,29 +361,61 @@ class JournalClient:
 
     def _appender(self, name: str) -> Appender:
         appender = self._appenders.get(name)
-        if appender is not None:
+        if appender is not None and not appender.index.stale:
             return appender
         validate_journal_name(name)
         self._check_open()
         self.store.backend.require_create()
-        data = self.store.read_spec_bytes(name)
-        if data is None:
-            if self.store.list_fragments(name, postfixes=True):
-                raise AppendNotSupported(
-                    f"journal {name!r} has fragments but no oncelog spec: it is read as a "
-                    "Gazette fragment store, which oncelog does not append to"
-                )
-            raise JournalNotFound(f"journal {name!r} does not exist in {self!r}; create it first")
-        spec = _parse_spec(name, data)
-        index = cast(ClaimsIndex, self._index(name, gazette=False))
-        with self._lock:
+        with self._journal_lock(name):  # a delete of this client waits, or went first
             appender = self._appenders.get(name)
-            if appender is None:
-                appender = Appender(
-                    self.store, index, spec.fragment, retry_timeout=self._retry_timeout
+            if appender is not None:
+                if not appender.index.stale:
+                    return appender
+                self._drop_cached(name)  # the journal was deleted and created again
+            try:
+                data = self._read_spec(name)
+            except StorageUnavailable as exc:
+                raise AppendFailed(f"{exc}; the append was not made") from exc
+            if data is None:
+                if self.store.list_fragments(name, postfixes=True):
+                    raise AppendNotSupported(
+                        f"journal {name!r} has fragments but no oncelog spec: it is read as a "
+                        "Gazette fragment store, which oncelog does not append to"
+                    )
+                raise self._not_found(
+                    f"journal {name!r} does not exist in {self!r}; create it first"
                 )
+            spec = self._parse_spec(name, data)
+            index = cast(
+                ClaimsIndex, self._index(name, gazette=False, incarnation=spec.incarnation)
+            )
+            appender = Appender(self.store, index, spec.fragment, retry_timeout=self._retry_timeout)
+            if spec.fragment.compact_after:
+                self._watch_compaction(name, spec)
+            with self._lock:
                 self._appenders[name] = appender
         return appender
+
+    def _journal_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            lock = self._journal_locks.get(name)
+            if lock is None:
+                lock = self._journal_locks[name] = threading.Lock()
+            return lock
+
+    def _drop_cached(self, name: str) -> JournalIndex | None:
+        """Forget this client's appender and index of `name` (the journal is being created
+        or deleted): the appender is flushed and closed, so appends released before are
+        durable in the journal they were made for and later ones fail."""
+        with self._lock:
+            appender = self._appenders.pop(name, None)
+            index = self._indexes.pop(name, None)
+        if appender is not None:
+            try:
+                appender.close()
+            except JournalError:
+                pass
+        return index
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -271,7 +438,7 @@ class JournalClient:
         """The journal's write head: the offset the next append will begin at."""
         return self._journal_index(name).refresh()
 
-    def fragments(self, name: str) -> list[Fragment]:
+    def fragments(self, name: str) -> builtins.list[Fragment]:
         """The fragments making up the journal, in offset order, with stored sizes and
         modification times where the store lists them."""
         index = self._journal_index(name)
@@ -289,21 +456,45 @@ class JournalClient:
 
     def _journal_index(self, name: str) -> JournalIndex:
         index = self._indexes.get(name)
-        if index is not None:
+        if index is not None and not index.stale:
             return index
         validate_journal_name(name)
         self._check_open()
-        if self.store.read_spec_bytes(name) is not None:
-            return self._index(name, gazette=False)
-        if self.store.list_fragments(name, postfixes=True):
+        data = self._read_spec(name)
+        if data is not None:
+            spec = self._parse_spec(name, data)
+            return self._index(name, gazette=False, incarnation=spec.incarnation)
+        if self._is_gazette_store(name):
             return self._index(name, gazette=True)
-        raise JournalNotFound(f"journal {name!r} does not exist in {self!r}")
+        raise self._not_found(f"journal {name!r} does not exist in {self!r}")
 
-    def _index(self, name: str, gazette: bool) -> JournalIndex:
+    def _is_gazette_store(self, name: str) -> bool:
+        """Whether `name`, which has no spec, is a Gazette broker's fragment store: fragments
+        directly under it, or in path-postfix directories (`name/date=.../`) that are not
+        themselves oncelog journals (`odd/x=1` is a valid journal name; `odd` is then not a
+        journal but the parent of one)."""
+        fragments = self._with_retry(
+            lambda: self.store.list_fragments(name, postfixes=True), f"list fragments of {name!r}"
+        )
+        if any(not f.path_postfix for f in fragments):
+            return True
+        tops = {f.path_postfix.split("/", 1)[0] for f in fragments}
+        return any(self._read_spec(f"{name}/{top}") is None for top in tops)
+
+    def _index(self, name: str, gazette: bool, incarnation: str | None = None) -> JournalIndex:
         with self._lock:
             index = self._indexes.get(name)
-            if index is None or index.gazette != gazette:
-                index = (GazetteIndex if gazette else ClaimsIndex)(self.store, name)
+            if (
+                index is None
+                or index.stale
+                or index.gazette != gazette
+                or (incarnation or "") != index.incarnation
+            ):
+                index = (
+                    GazetteIndex(self.store, name)
+                    if gazette
+                    else ClaimsIndex(self.store, name, incarnation or "")
+                )
                 self._indexes[name] = index
             return index
 
@@ -313,6 +504,7 @@ class JournalClient:
         accept work no thread runs), the locks may be held by them, and the appenders' spooled
         bytes are the parent's to write: writing them here too would append them twice."""
         self._lock = threading.Lock()
+        self._journal_locks = {}
         self._executor = None
         self._appenders = {}
         self._indexes = {}
@@ -325,12 +517,15 @@ class JournalClient:
 
     # -- garbage collection ----------------------------------------------------------------------
 
-    def gc(self, name: str, grace: timedelta | float = DEFAULT_GC_GRACE) -> list[Fragment]:
+    def gc(
+        self, name: str, grace: timedelta | float = DEFAULT_GC_GRACE, *, dry_run: bool = False
+    ) -> builtins.list[Fragment]:
         """Delete fragment objects of `name` that no claim names (writers that lost a race or
         died before claiming) and are older than `grace`; returns those deleted.
 
         `grace` must exceed the longest time a writer may take between storing a fragment
-        and claiming it."""
+        and claiming it. With `dry_run`, nothing is deleted (neither fragments nor stale
+        temporary files): the fragments a real run would delete now are returned."""
         seconds = grace.total_seconds() if isinstance(grace, timedelta) else float(grace)
         if seconds < 0:
             raise ValueError(f"gc grace must be >= 0, not {grace!r}")
@@ -344,12 +539,21 @@ class JournalClient:
         listed = self.store.list_fragments(name)  # list before reading claims: see docs
         index.refresh()
         claimed = {f.content_name for f in index.fragments()}
+        # Below the newest compaction record's `through`, fragments (small ones it covers,
+        # big ones of older records) are for `retire`, whose grace counts from the record.
+        covered = compaction.gc_skips(self, name)
         doomed = [
             f
             for f in listed
-            if f.content_name not in claimed and f.mod_time is not None and f.mod_time <= cutoff
+            if f.content_name not in claimed
+            and f.mod_time is not None
+            and f.mod_time <= cutoff
+            and f.end > covered
         ]
+        if dry_run:
+            return doomed + compaction.retire(self, name, seconds, dry_run=True).fragments
         self.store.delete_fragments(doomed)
+        doomed += compaction.retire(self, name, seconds).fragments
         stale = [
             f"{directory}/{o.name}"
             for directory in (self.store.journal_dir(name), self.store.claims_dir(name))
@@ -359,32 +563,127 @@ class JournalClient:
         self.store.backend.delete(stale)
         return doomed
 
+    # -- integrity ---------------------------------------------------------------------------
+
+    def verify(
+        self, name: str, *, progress: Callable[[int, int], None] | None = None
+    ) -> VerifyReport:
+        """Check journal `name` in full and report every problem found (see
+        oncelog.journal.verify): each claimed fragment is read whole and checked against both
+        the SHA1 in its name and the CRC-32Cs in its claim; claims naming missing fragments,
+        unreadable claims and gaps between claims are reported too, each naming the journal,
+        the fragment and the offsets. `progress(done, total)` gets content bytes checked.
+
+        Reads skip the SHA1 when a claim records CRC-32Cs; this is the check that the bytes
+        stored are the bytes named. It reads the whole journal: about 1-2 GB/s per core for
+        the SHA1, plus the store's read rate. JournalNotFound for an unknown journal."""
+        index = self._journal_index(name)  # reads are retried by the store (RetryingReads)
+        return verify_journal(self.store, name, gazette=index.gazette, progress=progress)
+
+    # -- compaction and retention ------------------------------------------------------------
+
+    def compact(
+        self,
+        name: str,
+        *,
+        target_length: int | None = None,
+        min_age: timedelta | float = 0,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+        retire_grace: timedelta | float = DEFAULT_GC_GRACE,
+    ) -> compaction.CompactionResult:
+        """Copy runs of small claimed fragments of `name` into fragments of about
+        `target_length` bytes (default: the spec's FragmentSpec.length; a small fragment is
+        never split) and write a compaction record naming them, so that readers open and
+        read the journal with O(big fragments) requests instead of two per small one.
+
+        Every small fragment copied is read whole and SHA1-verified: a corrupt one stops the
+        run (FragmentChecksumError naming journal, fragment and offsets) before the record
+        is written. Fragments stored less than `min_age` ago, and any after them, are left
+        for a later run. Appends are never blocked: only claimed history below the head is
+        read. Offsets never change; the record is written last (put-if-absent), so a run
+        killed at any point leaves the journal as it was plus unreferenced big fragments
+        (removed by `gc`), and a rerun finishes. Ranges compacted more than `retire_grace`
+        ago are retired afterwards (`retire`: their small claims and fragments deleted,
+        but the last claim below them). `progress(done, total)` gets bytes copied.
+        `dry_run`: plan only, nothing read or written (the result says what would be)."""
+        return compaction.compact(
+            self,
+            name,
+            target_length=target_length,
+            min_age=_seconds(min_age),
+            dry_run=dry_run,
+            progress=progress,
+            retire_grace=_seconds(retire_grace),
+        )
+
+    def trim(
+        self,
+        name: str,
+        before: int | datetime | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> compaction.TrimResult:
+        """Delete the oldest data of `name`: whole fragments (and their claims) ending at or
+        before offset `before`, or stored at or before the datetime `before`, oldest first
+        (without `before`: older than the spec's FragmentSpec.retention; ValueError if it
+        has none). A record whose `start` is the new first offset is written first, so
+        readers asking for earlier offsets get OffsetNotAvailable naming the journal, the
+        offset and the first available one (offset 0 still means "the first available").
+        The head and appends are never affected: the last claim is never removed.
+        `dry_run`: report only."""
+        return compaction.trim(self, name, before, dry_run=dry_run, progress=progress)
+
+    def _watch_compaction(self, name: str, spec: JournalSpec) -> None:
+        """Start (or keep) the client's auto-compaction thread for `name` (its spec sets
+        `compact_after`): see compaction.AutoCompactor."""
+        with self._lock:
+            auto = getattr(self, "_auto_compactor", None)
+            if auto is None:
+                auto = self._auto_compactor = compaction.AutoCompactor(self)
+        auto.watch(name, spec.fragment)
+
     # -- other small objects under <root>/.oncelog/ --------------------------------------------
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Store `data` at `<root>/.oncelog/<path>` only if nothing is there yet (durably);
-        True if this call created it. Used for checkpoints, which must never be overwritten."""
+        True if this call created it. Used for checkpoints, which must never be overwritten.
+
+        `data` must be unique to the caller's attempt (hold a token or writer id): an object
+        found with exactly these bytes is taken to be this call's own, whose reply was lost.
+        Transient errors (5xx, 409 conflicts, resets) are retried for retry_timeout, then
+        StorageUnavailable with `outcome_known=False` (the object may exist: read it)."""
         self._check_meta_write(path)
         self.store.backend.require_create()
-        return self.store.backend.create(self.store.meta_path(path), bytes(data))
+        return self._create_object(self.store.meta_path(path), bytes(data), f"create {path!r}")
 
     def read_object(self, path: str) -> bytes | None:
-        """The bytes at `<root>/.oncelog/<path>`, or None if absent."""
-        try:
-            return self.store.backend.read(self.store.meta_path(path))
-        except FileNotFoundError:
-            return None
+        """The bytes at `<root>/.oncelog/<path>`, or None if absent (transient errors are
+        retried for retry_timeout, then StorageUnavailable)."""
+        full = self.store.meta_path(path)
 
-    def list_objects(self, directory: str, after: str | None = None) -> list[str]:
+        def read() -> bytes | None:
+            try:
+                return self.store.backend.read(full)
+            except FileNotFoundError:
+                return None
+
+        return self._with_retry(read, f"read {path!r}")
+
+    def list_objects(self, directory: str, after: str | None = None) -> builtins.list[str]:
         """Names of the objects directly in `<root>/.oncelog/<directory>/`, sorted, only
         those after `after` when given (S3 lists from there)."""
         path = self.store.meta_path(directory.rstrip("/"))
-        return self.store.backend.list_names_after(path, after)
+        return self._with_retry(
+            lambda: self.store.backend.list_names_after(path, after), f"list {directory!r}"
+        )
 
     def delete_object(self, path: str) -> None:
         """Remove `<root>/.oncelog/<path>` (no error if absent)."""
         self._check_meta_write(path)
-        self.store.backend.delete([self.store.meta_path(path)])
+        full = self.store.meta_path(path)
+        self._with_retry(lambda: self.store.backend.delete([full]), f"delete {path!r}")
 
     @staticmethod
     def _check_meta_write(path: str) -> None:
@@ -443,11 +742,11 @@ def _forget_threads_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
-def _parse_spec(name: str, data: bytes) -> JournalSpec:
-    spec = JournalSpec.from_json(data)
-    if spec.name != name:
-        raise JournalError(f"spec.json of journal {name!r} names another journal: {spec.name!r}")
-    return spec
+def _seconds(value: timedelta | float) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 0:
+        raise ValueError(f"a duration must be >= 0, not {value!r}")
+    return seconds
 
 
 def _temp_files(store: FragmentStore, directory: str) -> list[Any]:
@@ -473,18 +772,74 @@ def open_journals(
     retry_timeout: float = 30.0,
     read_ahead: bool = True,
     poll_interval: tuple[float, float] = (0.01, 1.0),
+    create: bool = False,
     **storage_options: Any,
 ) -> JournalClient:
     """Open the journals under an fsspec URL: `file:///dir`, a plain path (local disk),
     `memory://name` or `s3://bucket/prefix`. `storage_options` go to the filesystem (for
     S3: `endpoint_url`, `key`, `secret`, `client_kwargs`, ...); S3 listings are never cached.
+
+    A URL that looks like a misspelled scheme (`s3:/bucket`, `s3:bucket`, `file:/dir`, a
+    `scheme://` fsspec does not know) raises InvalidStoreURL; write a relative path with a
+    colon as `./a:b`. A local path that is a regular file raises StoreNotFound. A local
+    directory that does not exist is made by `create=True`; otherwise it is made by the
+    first `JournalClient.create`, and reading calls that find nothing there (`list`,
+    `get`, `head`, `read`, ...) raise StoreNotFound naming it. A missing S3 bucket raises
+    StoreNotFound naming the bucket (oncelog never creates buckets).
     """
     text = os.fspath(url)
+    check_store_url(text)
     protocol, _ = split_protocol(text)
     if protocol in ("s3", "s3a"):
         storage_options.setdefault("use_listings_cache", False)
         storage_options.setdefault("skip_instance_cache", True)
     fs, root = url_to_fs(text, **storage_options)
-    return JournalClient(
+    client = JournalClient(
         fs, root, retry_timeout=retry_timeout, read_ahead=read_ahead, poll_interval=poll_interval
     )
+    if client.store.backend.kind == "local":
+        local_root = client.store.backend.root
+        if os.path.lexists(local_root) and not os.path.isdir(local_root):
+            client.close()
+            raise StoreNotFound(
+                f"the store {local_root!r} is not a directory (a regular file?): a local "
+                "store is a directory"
+            )
+        if create:
+            os.makedirs(local_root, exist_ok=True)
+    return client
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(.*)", re.DOTALL)
+
+
+def check_store_url(url: str) -> None:
+    """Raise InvalidStoreURL if `url` looks like a URL with a misspelled or unknown scheme
+    (see `open_journals`); plain paths pass."""
+    from fsspec.registry import known_implementations, registry
+
+    match = _SCHEME.fullmatch(url)
+    if match is None or (os.name == "nt" and len(match.group(1)) == 1):
+        return  # a path (or a Windows drive letter)
+    scheme, rest = match.group(1), match.group(2)
+    known = scheme.lower() in known_implementations or scheme.lower() in registry
+    if rest.startswith(":") and known:
+        return  # a chained URL: simplecache::s3://...
+    if not rest.startswith("//"):
+        if scheme.lower() == "file":
+            guess = "file:///" + rest.lstrip("/")
+        else:
+            guess = f"{scheme}://{rest.lstrip('/')}"
+        raise InvalidStoreURL(
+            f"invalid store URL {url!r}: '{scheme}:' must be followed by '//' "
+            f"(did you mean {guess}?); a local path containing ':' can be written ./{url}"
+        )
+    if not known:
+        raise InvalidStoreURL(
+            f"invalid store URL {url!r}: fsspec knows no scheme {scheme!r} "
+            "(oncelog stores: a path, file:///dir, memory://name, s3://bucket/prefix)"
+        )
+    if scheme.lower() in ("s3", "s3a") and not rest[2:].split("/", 1)[0]:
+        raise InvalidStoreURL(
+            f"invalid store URL {url!r}: no bucket (expected {scheme}://bucket/prefix)"
+        )

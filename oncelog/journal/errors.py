@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from oncelog.errors import OncelogError
+
 __all__ = [
     "JournalError",
     "InvalidJournalName",
@@ -17,10 +19,15 @@ __all__ = [
     "AppendFailed",
     "OffsetNotAvailable",
     "ReaderClosed",
+    "StorageUnavailable",
+    "CorruptSpec",
+    "JournalRecreated",
+    "StoreNotFound",
+    "InvalidStoreURL",
 ]
 
 
-class JournalError(Exception):
+class JournalError(OncelogError):
     """Base class of every error raised by oncelog.journal."""
 
 
@@ -75,3 +82,33 @@ class OffsetNotAvailable(JournalError):
 
 class ReaderClosed(JournalError):
     """The reader was closed (possibly from another thread) while in use."""
+
+
+class StorageUnavailable(JournalError):
+    """A storage call kept failing with transient errors (5xx, 409 conflicts, resets,
+    timeouts) for the client's `retry_timeout`. `outcome_known` says whether a write may
+    have taken effect: False means it may or may not exist now (read it back to know)."""
+
+    def __init__(self, message: str, *, outcome_known: bool = True) -> None:
+        super().__init__(message)
+        self.outcome_known = outcome_known
+
+
+class CorruptSpec(JournalError, ValueError):
+    """A stored spec.json cannot be parsed; the message names the journal and the object."""
+
+
+class JournalRecreated(JournalError):
+    """The journal was deleted and created again under the same name while it was being
+    read or appended to: offsets of the old journal mean nothing in the new one."""
+
+
+class StoreNotFound(JournalNotFound):
+    """The store itself is missing: its local directory does not exist (or is a regular
+    file), or its S3 bucket does not exist. The message names the directory or bucket.
+    A JournalNotFound too, as every journal of a missing store is."""
+
+
+class InvalidStoreURL(JournalError, ValueError):
+    """A store URL that cannot be right: a misspelled scheme (`s3:/bucket`, `s3:bucket`,
+    `file:/dir`), a scheme fsspec does not know, or an S3 URL without a bucket."""

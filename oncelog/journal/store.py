@@ -10,24 +10,38 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence, cast
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Callable, NoReturn, Sequence, TypeVar, cast
 
+import crc32c
 import orjson
 from fsspec import AbstractFileSystem
 
+from oncelog.journal._blocks import BlockSums, block_range, verify_content, verify_range
+from oncelog.journal._retry import is_transient, retry
 from oncelog.journal.backends import Backend, LocalBackend, ObjectInfo, StagedFile, backend_for
 from oncelog.journal.errors import (
+    FragmentChecksumError,
     InvalidFragmentName,
     JournalError,
     MissingFragment,
+    StorageUnavailable,
+    UnknownCodec,
 )
-from oncelog.journal.fragment import Fragment, decode, parse_content_name, verify
+from oncelog.journal.fragment import Codec, Fragment, decode, parse_content_name, verify
 from oncelog.journal.names import validate_journal_name, validate_object_path
 
-__all__ = ["Claim", "FragmentStore", "META_DIR", "CorruptClaim"]
+__all__ = ["Claim", "FragmentStore", "RetryingReads", "META_DIR", "CorruptClaim"]
+
+T = TypeVar("T")
 
 META_DIR = ".oncelog"
+
+_CRC_RE = re.compile(r"[0-9a-f]{8}")
+
+LOCAL_READ_PIECE = 2 << 20
+"""Bytes per read of a raw fragment with block sums on local disk (see FragmentStore.read_piece)."""
 
 
 class CorruptClaim(JournalError):
@@ -37,25 +51,74 @@ class CorruptClaim(JournalError):
 @dataclass(frozen=True, slots=True)
 class Claim:
     """The claim of offset `begin` of a journal: which fragment holds the bytes from there,
-    and a token unique to the writer attempt that created it."""
+    a token unique to the writer attempt that created it (so a writer whose reply was lost
+    recognises its own claim), and the incarnation of the journal it was made for (so a
+    claim left by a writer of a deleted journal is never taken for part of a new journal
+    of the same name; empty in claims made before incarnations existed).
+
+    `blocks`: CRC-32C sums of each block of a raw fragment's content (JSON `block_size`
+    and `block_crc32c`, 8 hex digits per block), so that reads entering the fragment in
+    the middle are verified (see oncelog.journal._blocks); None when unknown: compressed
+    fragments, and claims made before block sums existed (read whole and SHA1-checked).
+
+    `stored_crc32c`: CRC-32C of the whole stored object of a compressed fragment (JSON
+    `stored_crc32c`, 8 hex digits), checked before it is decompressed; None for raw
+    fragments (their block sums cover them) and claims made before it existed. Together
+    with the content length, it stands for the SHA1 on reads: the writer computed it from
+    the very bytes it compressed from the content the SHA1 names."""
 
     begin: int
     fragment: str
     writer: str
+    incarnation: str = ""
+    blocks: BlockSums | None = None
+    stored_crc32c: int | None = None
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps({"fragment": self.fragment, "writer": self.writer})
+        doc: dict[str, object] = {"fragment": self.fragment, "writer": self.writer}
+        if self.incarnation:
+            doc["incarnation"] = self.incarnation
+        if self.blocks is not None:
+            doc["block_size"] = self.blocks.size
+            doc["block_crc32c"] = self.blocks.to_hex()
+        if self.stored_crc32c is not None:
+            doc["stored_crc32c"] = f"{self.stored_crc32c:08x}"
+        return orjson.dumps(doc)
 
     @classmethod
     def from_bytes(cls, journal: str, begin: int, data: bytes) -> Claim:
         try:
             doc = orjson.loads(data)
-            claim = cls(begin, str(doc["fragment"]), str(doc.get("writer", "")))
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            claim = cls(
+                begin,
+                str(doc["fragment"]),
+                str(doc.get("writer", "")),
+                str(doc.get("incarnation") or ""),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptClaim(
                 f"claim at offset {begin} of journal {journal!r} is not a claim document: "
                 f"{bytes(data[:100])!r}"
             ) from exc
+        if "block_size" in doc or "block_crc32c" in doc:
+            try:
+                length = parse_content_name(journal, claim.fragment).content_length
+                blocks = BlockSums.from_hex(doc.get("block_size"), doc.get("block_crc32c"), length)
+            except (InvalidFragmentName, UnknownCodec, ValueError) as exc:
+                raise CorruptClaim(
+                    f"claim at offset {begin} of journal {journal!r} has malformed block "
+                    f"sums for fragment {claim.fragment!r}: {exc}"
+                ) from exc
+            claim = replace(claim, blocks=blocks)
+        if "stored_crc32c" in doc:
+            text = doc["stored_crc32c"]
+            if not isinstance(text, str) or _CRC_RE.fullmatch(text) is None:
+                raise CorruptClaim(
+                    f"claim at offset {begin} of journal {journal!r} has a malformed "
+                    f"stored_crc32c for fragment {claim.fragment!r}: {str(text)[:40]!r} is not "
+                    "8 lowercase hex digits"
+                )
+            claim = replace(claim, stored_crc32c=int(text, 16))
         return claim
 
     def parse_fragment(self, journal: str) -> Fragment:
@@ -71,14 +134,74 @@ class Claim:
                 f"claim at offset {self.begin} of journal {journal!r} names fragment "
                 f"{self.fragment!r} which does not begin there"
             )
+        if fragment.end <= fragment.begin:
+            # Appends are never empty, so no writer makes such a claim; following it would
+            # leave the head where it is and every later append retrying forever.
+            raise CorruptClaim(
+                f"claim at offset {self.begin} of journal {journal!r} names the empty "
+                f"fragment {self.fragment!r}: no oncelog writer makes one; the claim was "
+                "written by hand or by another tool"
+            )
         return fragment
 
 
-class FragmentStore:
-    """Paths and object operations of one store root, over one backend."""
+class RetryingReads:
+    """A backend whose read-only calls (reads, listings, existence checks: all idempotent)
+    retry transient failures (5xx, resets, truncated bodies, timeouts) for `timeout`
+    seconds, then raise StorageUnavailable; every other call goes straight through, so
+    writers keep their own retries, which know whether a write may have taken effect."""
 
-    def __init__(self, fs: AbstractFileSystem, root: str) -> None:
-        self.backend: Backend = backend_for(fs, root)
+    def __init__(self, inner: Backend, timeout: float) -> None:
+        self.inner = inner
+        self.timeout = timeout
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _retry(self, op: Callable[[], T], what: str) -> T:
+        def give_up(exc: Exception) -> NoReturn:
+            raise StorageUnavailable(
+                f"the {self.inner.kind} store at {self.inner.root!r}: could not {what} within "
+                f"{self.timeout} s: {exc!r}"
+            ) from exc
+
+        return retry(op, self.timeout, give_up)
+
+    def read(self, path: str, size_hint: int | None = None) -> bytes:
+        return self._retry(lambda: self.inner.read(path, size_hint), f"read {path}")
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        return self._retry(
+            lambda: self.inner.read_range(path, start, end), f"read {path} [{start}, {end})"
+        )
+
+    def read_many(self, paths: Sequence[str]) -> list[bytes | BaseException]:
+        results = self._retry(lambda: self.inner.read_many(paths), f"read {len(paths)} objects")
+        # One failed GET of many: retried alone (a missing object is an answer, not a fault).
+        return [
+            self.read(p) if isinstance(r, Exception) and is_transient(r) else r
+            for p, r in zip(paths, results)
+        ]
+
+    def exists(self, path: str) -> bool:
+        return self._retry(lambda: self.inner.exists(path), f"look up {path}")
+
+    def list_dir(self, path: str) -> list[ObjectInfo]:
+        return self._retry(lambda: self.inner.list_dir(path), f"list {path}")
+
+    def list_names_after(self, path: str, after: str | None) -> list[str]:
+        return self._retry(lambda: self.inner.list_names_after(path, after), f"list {path}")
+
+    def walk(self, path: str) -> list[ObjectInfo]:
+        return self._retry(lambda: self.inner.walk(path), f"list {path}")
+
+
+class FragmentStore:
+    """Paths and object operations of one store root, over one backend (whose reads are
+    retried for `retry_timeout`, see RetryingReads)."""
+
+    def __init__(self, fs: AbstractFileSystem, root: str, retry_timeout: float = 30.0) -> None:
+        self.backend: Backend = cast(Backend, RetryingReads(backend_for(fs, root), retry_timeout))
         self.fs = fs
 
     @property
@@ -115,13 +238,27 @@ class FragmentStore:
     ) -> None:
         """Store a fragment object under its content name (idempotent: same name, same bytes);
         `stored` may be bytes staged by `stage_fragment` (renamed, not copied)."""
-        self.backend.write(self.fragment_path(fragment), stored)
+        if isinstance(stored, StagedFile):  # local disk only: a rename
+            cast(LocalBackend, self.backend).write(self.fragment_path(fragment), stored)
+        else:
+            self.backend.write(self.fragment_path(fragment), stored)
 
     @property
     def can_stage(self) -> bool:
         """Whether fragment bytes can be stored before their name is known (local disk), so
         the SHA1 that names them can be computed while they are being written."""
-        return isinstance(self.backend, LocalBackend)
+        return self.backend.kind == "local"
+
+    @property
+    def read_piece(self) -> int | None:
+        """How many bytes a reader fetches at a time from a raw fragment whose claim records
+        block sums (rounded to whole blocks), or None to fetch whole fragments.
+
+        Local disk: LOCAL_READ_PIECE, so that buffers stay in CPU caches (measured on a
+        2-core VM: a fresh 64 MiB buffer filled from the page cache runs at ~1.7 GB/s for
+        its page faults alone, 1-4 MiB pieces read and CRC-checked at ~12 GB/s). Object
+        stores: whole fragments, which s3fs fetches by concurrent ranged GETs."""
+        return LOCAL_READ_PIECE if self.backend.kind == "local" else None
 
     def stage_fragment(self, journal: str, stored: bytes | bytearray | memoryview) -> StagedFile:
         """Durably store fragment bytes of `journal` under a temporary name (local disk only);
@@ -131,28 +268,84 @@ class FragmentStore:
     def discard_staged(self, staged: StagedFile) -> None:
         cast(LocalBackend, self.backend).discard(staged)
 
-    def read_fragment(self, fragment: Fragment) -> bytes:
-        """The fragment's whole journal bytes, decompressed and SHA1-verified."""
+    def read_fragment(self, fragment: Fragment, claim: Claim | None = None) -> bytes:
+        """The fragment's whole journal bytes, decompressed and verified.
+
+        With `claim` (the fragment's own claim: it must name this very content name, else it
+        is ignored) recording CRC-32Cs, those are checked instead of the SHA1 in the name,
+        about ten times cheaper: a raw fragment's block sums over its content, or a
+        compressed fragment's `stored_crc32c` over the stored object before it is
+        decompressed (and then the content length). Otherwise (Gazette stores, claims of
+        older versions) the SHA1 of the content is checked. Either way no byte is returned
+        unverified; FragmentChecksumError names the journal, the fragment and the offsets.
+        """
         stored = self._read(fragment)
+        if claim is not None and claim.fragment == fragment.content_name:
+            if claim.blocks is not None and fragment.codec is Codec.NONE:
+                verify_content(fragment.journal, fragment, stored, claim.blocks)
+                return stored
+            if claim.stored_crc32c is not None:
+                actual = crc32c.crc32c(stored)
+                if actual != claim.stored_crc32c:
+                    raise FragmentChecksumError(
+                        f"fragment {fragment.content_name} of journal {fragment.journal!r} "
+                        f"(offsets {fragment.begin}-{fragment.end}): the stored object "
+                        f"({len(stored)} bytes) has CRC-32C {actual:08x}, its claim records "
+                        f"{claim.stored_crc32c:08x}; the stored object is corrupt"
+                    )
+                content = decode(fragment, stored)
+                if len(content) != fragment.content_length:
+                    raise FragmentChecksumError(
+                        f"fragment {fragment.content_name} of journal {fragment.journal!r} "
+                        f"should hold offsets {fragment.begin}-{fragment.end} "
+                        f"({fragment.content_length} bytes) but holds {len(content)} bytes"
+                    )
+                return content
         content = decode(fragment, stored)
         verify(fragment, content)
         return content
 
-    def read_fragment_from(self, fragment: Fragment, offset: int, end: int | None = None) -> bytes:
-        """Journal bytes [offset, end) of an uncompressed fragment, by a ranged read (a part of
-        a fragment cannot be checked against its SHA1)."""
+    def read_fragment_from(
+        self,
+        fragment: Fragment,
+        offset: int,
+        end: int | None = None,
+        blocks: BlockSums | None = None,
+    ) -> memoryview:
+        """Verified journal bytes [offset, end) of a fragment (`end`: its end by default).
+
+        With `blocks`, the block sums from the fragment's claim (raw fragments only), just
+        the whole blocks covering the range are fetched, by one ranged read, and each is
+        checked against its CRC-32C. Without them (claims of older writers, Gazette stores,
+        compressed fragments) the whole fragment is read and checked against its SHA1. No
+        byte is ever returned unverified: FragmentChecksumError names the journal, the
+        fragment and the offsets. The result is a view, so the bytes fetched around the
+        range are not copied.
+        """
         end = fragment.end if end is None else end
+        if not fragment.begin <= offset <= end <= fragment.end:
+            raise JournalError(
+                f"offsets {offset}-{end} of journal {fragment.journal!r} are not within "
+                f"fragment {fragment.content_name} (offsets {fragment.begin}-{fragment.end})"
+            )
+        if offset == end:
+            return memoryview(b"")
+        if blocks is None or fragment.codec is not Codec.NONE:
+            content = self.read_fragment(fragment)
+            return memoryview(content)[offset - fragment.begin : end - fragment.begin]
+        lo, hi = block_range(fragment, offset, end, blocks.size)
         path = self.fragment_path(fragment)
         try:
-            data = self.backend.read_range(path, offset - fragment.begin, end - fragment.begin)
+            data = self.backend.read_range(path, lo - fragment.begin, hi - fragment.begin)
         except FileNotFoundError:
             raise self._missing(fragment) from None
-        if len(data) != end - offset:
+        if len(data) != hi - lo:
             raise MissingFragment(
                 f"fragment {fragment.content_name} of journal {fragment.journal!r} is short: "
-                f"offsets {offset}-{end} asked, {len(data)} bytes read"
+                f"offsets {lo}-{hi} asked, {len(data)} bytes read"
             )
-        return data
+        verify_range(fragment.journal, fragment, lo, data, blocks, blocks.size)
+        return memoryview(data)[offset - lo : end - lo]
 
     def _read(self, fragment: Fragment) -> bytes:
         # The stored size when listed; else the content length, which bounds a raw fragment

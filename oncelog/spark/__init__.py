@@ -1,4 +1,4 @@
-"""PySpark data source for oncelog journals (format `"oncelog"`), on PySpark >= 4.2.
+"""PySpark data source for oncelog journals (format `"oncelog"`), on PySpark >= 4.3.
 
 `register(spark)` makes `spark.read.format("oncelog")`, `spark.readStream`,
 `df.write` and `df.writeStream` speak journals on any fsspec store:

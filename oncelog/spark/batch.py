@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
+from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED, set_gc_pausing
 from oncelog.journal import JournalClient, JournalSpec
 from oncelog.message import ProtoMessage
 from oncelog.spark.batches import RangeDecoder
@@ -166,6 +166,9 @@ class OncelogBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, (SplitPartition, RangePartition)):
             return  # Spark's stand-in partition when there is nothing to read
+        # Spark's Python worker is a process this data source owns: bulk decoding may pause
+        # its collector (see oncelog.framing.set_gc_pausing).
+        set_gc_pausing(True)
         options = self.options
         arrow = arrow_schema(self.schema)
         message_type = arrow.field("message").type

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from oncelog.errors import OncelogError
 from oncelog.framing import CSVFraming, Framing, JSONFraming, for_content_type
 from oncelog.framing.base import gc_paused, snippet
 from oncelog.journal import JournalClient
@@ -36,7 +37,7 @@ class _UseFraming(Exception):
     """A fast path met something only the framing decides."""
 
 
-class BadMessage(ValueError):
+class BadMessage(OncelogError, ValueError):
     """A message that cannot become a row: a bad UUID, or a document the schema rejects."""
 
 

@@ -30,7 +30,8 @@ class OncelogDataSource(DataSource):
     Read options: `store`, `journals` (names or a label selector), storage options
     (`key`, `secret`, `endpoint_url`, `region`, or `storage_options` JSON), `committed`
     (default true), `schema` (DDL of JSON documents). Write options: `store`, `journal`
-    or `selector` with `key` and `mapping`, `writer_id` for streams. See docs/spark.md.
+    or `selector` with `key_column` and `mapping`, `write_id`/`write_version` for batch
+    writes, `writer_id` for streams. See docs/spark.md.
     """
 
     @classmethod

@@ -3,25 +3,37 @@
 Spark hands options over lower-cased with string values. Storage options for the
 store (S3 endpoint and keys, or anything fsspec accepts) travel with them, so that
 executors reach the same store as the driver without any other set-up.
+
+Storage option names (`key`, `secret`, `token`, `endpoint_url`, `region`, `anon`,
+`storage_options`) mean the same in reads and writes and are never a write's own
+option: the column that routes rows to journals is `key_column`. A write's `key` is
+the routing column only in the deprecated spelling that cannot be a credential (no
+`key_column`, no `secret`, and `key` names a column: see `WriteOptions.resolve`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import logging
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
+from oncelog.errors import OncelogError
 from oncelog.journal import JournalClient, JournalSpec, open_journals
 from oncelog.labels import LabelSelector
+from oncelog.transactions import validate_transaction_id
 
-__all__ = ["OptionError", "StoreOptions", "ReadOptions", "WriteOptions", "parse_bool"]
+__all__ = ["OptionError", "ReadOptions", "StoreOptions", "WriteOptions", "parse_bool"]
+
+log = logging.getLogger(__name__)
 
 _SELECTOR_MARKS = ("=", "!", "(", " in ", " notin ")
 
 
-class OptionError(ValueError):
+class OptionError(OncelogError, ValueError):
     """A data source option is missing or has a bad value (the message names it)."""
 
 
@@ -190,20 +202,38 @@ class WriteOptions:
     """Options of `df.write` / `df.writeStream` with format `oncelog`.
 
     Targets: `journal` (one name), or `journals` (comma-separated names or a label
-    selector) or `selector`, with `key` naming the column that maps each row to one of
-    several targets (`mapping`: modulo or rendezvous).
+    selector) or `selector`, with `key_column` naming the column that maps each row to
+    one of several targets (`mapping`: modulo or rendezvous). Batch writes take an
+    optional idempotency key, `write_id` and `write_version` (like Delta Lake's
+    `txnAppId` / `txnVersion`); streams take `writer_id`.
+
+    `legacy_key` holds a `key` option that may be the deprecated spelling of
+    `key_column` (given without `key_column` and without `secret`): it is kept out of
+    the storage options until `resolve` sees the DataFrame's columns.
     """
 
     store: StoreOptions
     journals: tuple[str, ...] = ()
     selector: str = ""
-    key: str | None = None
+    key_column: str | None = None
     mapping: str = "modulo"
     uuid_field: str = "uuid"
     writer_id: str | None = None
+    write_id: str | None = None
+    write_version: int = 0
+    legacy_key: str | None = None
+
+    @property
+    def several_targets(self) -> bool:
+        """Whether rows go to several journals (then a routing column is needed)."""
+        return bool(self.selector) or len(self.journals) > 1
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
+    def parse(
+        cls, options: Mapping[str, str], columns: Sequence[str] | None = None
+    ) -> WriteOptions:
+        """Parse and check the options; with the DataFrame's `columns`, also `resolve`
+        them (without, a `key` that may be a routing column stays undecided)."""
         opts = _lower(options)
         journal = (opts.get("journal") or "").strip()
         listed = (opts.get("journals") or "").strip()
@@ -219,18 +249,26 @@ class WriteOptions:
         if not names and not selector:
             raise OptionError(
                 "option 'journal' (the target journal), or 'journals' / 'selector' (target "
-                "journals, with 'key' naming the column that picks one) is required"
+                "journals, with 'key_column' naming the column that picks one) is required"
             )
-        key = opts.get("key") or None
         if selector:
             try:
                 LabelSelector.parse(selector)
             except ValueError as exc:
                 raise OptionError(f"bad label selector {selector!r}: {exc}") from None
-        if key is None and (selector or len(names) > 1):
+        key_column = (opts.get("key_column") or "").strip() or None
+        legacy_key: str | None = None
+        store_opts = opts
+        if key_column is None and opts.get("key") and "secret" not in _storage_options(opts):
+            # `key` without a secret is no usable access key: it may be the routing column
+            # of old jobs. Keep it out of the store until the columns are known.
+            legacy_key = opts["key"]
+            store_opts = {k: v for k, v in opts.items() if k != "key"}
+        if key_column is None and legacy_key is None and (selector or len(names) > 1):
             raise OptionError(
-                f"option 'key' is required with several target journals ({selector or names}): "
-                "the column whose value maps each row to one of them"
+                f"option 'key_column' is required with several target journals "
+                f"({selector or ', '.join(names)}): the column whose value maps each row to "
+                "one of them"
             )
         mapping = (opts.get("mapping") or "modulo").strip().lower()
         if mapping not in ("modulo", "rendezvous"):
@@ -238,12 +276,66 @@ class WriteOptions:
         writer_id = opts.get("writer_id") or None
         if writer_id is not None and ("/" in writer_id or writer_id.startswith(".")):
             raise OptionError(f"option 'writer_id' must be a plain name, not {writer_id!r}")
-        return cls(
-            store=StoreOptions.parse(opts),
+        write_id = _write_id(opts.get("write_id") or None)
+        version = opts.get("write_version")
+        if write_id is None and version not in (None, ""):
+            raise OptionError(
+                "option 'write_version' needs 'write_id': the stable name of the write it numbers"
+            )
+        parsed = cls(
+            store=StoreOptions.parse(store_opts),
             journals=names,
             selector=selector,
-            key=key,
+            key_column=key_column,
             mapping=mapping,
             uuid_field=opts.get("uuid_field") or "uuid",
             writer_id=writer_id,
+            write_id=write_id,
+            write_version=_int(opts, "write_version", 0, minimum=0),
+            legacy_key=legacy_key,
         )
+        return parsed if columns is None else parsed.resolve(columns)
+
+    def resolve(self, columns: Sequence[str]) -> WriteOptions:
+        """Decide what an undecided `key` option is, now that the DataFrame's `columns` are
+        known: a column name is the routing column (deprecated spelling of `key_column`,
+        with a DeprecationWarning), anything else is the store's access key. Then check
+        that the routing column is a column."""
+        options = self
+        if self.legacy_key is not None:
+            key = self.legacy_key
+            if key in columns:
+                message = (
+                    f"option 'key' naming the routing column {key!r} is deprecated: use "
+                    f"'key_column' ('key' is the storage access key)"
+                )
+                warnings.warn(message, DeprecationWarning, stacklevel=2)
+                log.warning("%s", message)
+                options = replace(self, key_column=key, legacy_key=None)
+            else:
+                storage = {**self.store.storage_options, "key": key}
+                options = replace(
+                    self, store=replace(self.store, storage_options=storage), legacy_key=None
+                )
+                if options.several_targets:
+                    raise OptionError(
+                        f"option 'key_column' is required with several target journals "
+                        f"({self.selector or ', '.join(self.journals)}): the column whose "
+                        f"value maps each row to one of them ('key' {key!r} is not a column "
+                        f"of {list(columns)}, so it is taken as the storage access key)"
+                    )
+        if options.key_column is not None and options.key_column not in columns:
+            raise OptionError(
+                f"option 'key_column' {options.key_column!r} is not a column of {list(columns)}"
+            )
+        return options
+
+
+def _write_id(value: str | None) -> str | None:
+    """A valid write id (see `oncelog.transactions.validate_transaction_id`), or None."""
+    if value is None:
+        return None
+    try:
+        return validate_transaction_id(value.strip(), "write id")
+    except ValueError as exc:
+        raise OptionError(f"option 'write_id': {exc}") from None

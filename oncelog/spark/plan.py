@@ -29,6 +29,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from oncelog.message import ACK_TXN, CONTINUE_TXN, OUTSIDE_TXN
+from oncelog.sequencer import QueueOutcome, decide_outcome
+
 __all__ = [
     "NIL_PRODUCER",
     "Split",
@@ -47,10 +50,17 @@ __all__ = [
 NIL_PRODUCER = "000000000000"
 """Producer (hex) of the nil UUID."""
 
-# Flags as plain ints (oncelog.message.Flags): unknown flags count as OUTSIDE_TXN.
-_CONTINUE = 1
-_ACK = 2
-_OUTSIDE = 0
+# Flags (oncelog.message): unknown flags count as OUTSIDE_TXN.
+_CONTINUE = CONTINUE_TXN
+_ACK = ACK_TXN
+_OUTSIDE = OUTSIDE_TXN
+
+# Outcomes of the Sequencer's rules (oncelog.sequencer.decide_outcome), by effect here.
+_BEGIN_OR_EXTEND = QueueOutcome.CONTINUE_BEGIN_SPAN, QueueOutcome.CONTINUE_EXTEND_SPAN
+_CLOCK_LARGER = QueueOutcome.CONTINUE_TXN_CLOCK_LARGER
+_ACK_COMMITS = QueueOutcome.ACK_EMPTY, QueueOutcome.ACK_COMMIT_RING
+_ROLLBACK = QueueOutcome.ACK_ROLLBACK
+_OUTSIDE_COMMIT = QueueOutcome.OUTSIDE_COMMIT
 
 Ids = tuple[str, int, int, int]
 """One message as the plan sees it: (producer hex, clock, flags, begin offset)."""
@@ -355,7 +365,7 @@ class SplitCommitter(Generic[R]):
         emit_ref, emit_commit = out_refs.append, out_commits.append
         models = self._models
         guard = self._guard
-        CONTINUE, ACK = _CONTINUE, _ACK  # noqa: N806 (locals: the hot loop)
+        begin_or_extend, ack_commits = _BEGIN_OR_EXTEND, _ACK_COMMITS
         for producer, clock, flag, begin, ref in zip(producers, clocks, flags, begins, refs):
             if not clock:
                 if guard and producer != NIL_PRODUCER:
@@ -371,35 +381,42 @@ class SplitCommitter(Generic[R]):
                 m = models[producer] = (
                     _Model(clock - 1, clock - 1, False) if st is None else _Model(*st)
                 )
-            if flag == CONTINUE:
-                if clock > m.high:
-                    m.high = clock
-                    m.open = True
-                    m.pending.append((clock, ref))
-                elif guard and m.open and clock > m.last and clock < m.high:
-                    m.regressed = True
-            elif flag == ACK:
-                if clock > m.last:
-                    if guard and m.regressed and m.open and clock < m.high:
-                        raise Diverged(
-                            begin, out, f"producer {producer} acknowledged part of a"
-                            " transaction whose clocks go backwards",
-                        )
-                    for c, r in m.pending:
-                        if c <= clock:
-                            emit_ref(r)
-                            emit_commit(begin)
+            # The Sequencer's rules decide; the effects are this split's (messages of an
+            # open transaction are held in `pending`, never in a ring: none is replayed).
+            outcome = decide_outcome(m.last, m.high, m.open, clock, flag)
+            if outcome in begin_or_extend:
+                m.high = clock
+                m.open = True
+                m.pending.append((clock, ref))
+            elif outcome in ack_commits:
+                if guard and m.regressed and m.open and clock < m.high:
+                    raise Diverged(
+                        begin, out, f"producer {producer} acknowledged part of a"
+                        " transaction whose clocks go backwards",
+                    )
+                for c, r in m.pending:
+                    if c <= clock:  # larger clocks are not committed by this ACK
+                        emit_ref(r)
+                        emit_commit(begin)
                 if m.pending:
                     m.pending = []
                 m.last = m.high = clock
                 m.open = m.regressed = False
-            elif clock > m.last:
+            elif outcome is _ROLLBACK:
+                if m.pending:
+                    m.pending = []
+                m.last = m.high = clock
+                m.open = m.regressed = False
+            elif outcome is _OUTSIDE_COMMIT:
                 if m.pending:
                     m.pending = []
                 emit_ref(ref)
                 emit_commit(begin)
                 m.last = m.high = clock
                 m.open = m.regressed = False
+            elif guard and outcome is _CLOCK_LARGER and m.open and clock < m.high:
+                m.regressed = True
+            # else CONTINUE_ALREADY_ACKED, OUTSIDE_ALREADY_ACKED: nothing.
         return out
 
     def oldest_pending(self) -> R | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oncelog.errors import OncelogError
 from oncelog.framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTOBUF_FIXED
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ METADATA_COLUMNS: tuple[tuple[str, str], ...] = (
 _TEXT_CONTENT = {CONTENT_TYPE_JSON_LINES: "\n", CONTENT_TYPE_CSV: "\r\n"}
 
 
-class SchemaError(ValueError):
+class SchemaError(OncelogError, ValueError):
     """The requested schema does not fit the journals or the source's columns."""
 
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from oncelog.message import Envelope
+from oncelog.message import ACK_TXN, Envelope
 from oncelog.sequencer import Sequencer
 
 __all__ = ["sequence_with_commits"]
-
-_ACK_TXN = 2
 
 
 def sequence_with_commits(
@@ -38,5 +36,5 @@ def sequence_with_commits(
             yield env
 
     for env in sequencer.sequence(tracked(), replay):
-        if include_acks or (env._ids or env.ids)[2] != _ACK_TXN:
+        if include_acks or (env._ids or env.ids)[2] != ACK_TXN:
             yield env, last[0].begin  # type: ignore[union-attr]

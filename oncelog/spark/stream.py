@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from oncelog.framing import set_gc_pausing
 from oncelog.journal import JournalClient
 from oncelog.message import Envelope
 from oncelog.reading import read_uncommitted
@@ -234,6 +235,9 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, StreamPartition):
             return  # Spark's stand-in partition when there is nothing to read
+        # Spark's Python worker is a process this data source owns: bulk decoding may pause
+        # its collector (see oncelog.framing.set_gc_pausing).
+        set_gc_pausing(True)
         options = self.options
         arrow = arrow_schema(self.schema)
         client = options.store.open()

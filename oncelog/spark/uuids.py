@@ -15,9 +15,19 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from oncelog.message import UNIX_EPOCH_OFFSET, build_uuid
+from oncelog.message import (
+    CLOCK_SEQ_BYTE,
+    FLAGS_MASK,
+    PRODUCER_BYTE,
+    PRODUCER_ID_LEN,
+    SEQ_COUNTER_MASK,
+    SEQ_COUNTER_SHIFT,
+    TIME_HI_MASK,
+    UNIX_EPOCH_OFFSET,
+    build_uuid,
+)
 
-__all__ = ["NIL_TEXT", "UUIDColumns", "uuid_columns", "canonical_uuid_text"]
+__all__ = ["NIL_TEXT", "UUIDColumns", "canonical_uuid_text", "uuid_columns"]
 
 NIL_TEXT = "00000000-0000-0000-0000-000000000000"
 
@@ -26,6 +36,9 @@ _I64 = pa.int64()
 _UNIX_OFFSET_US = pa.scalar(UNIX_EPOCH_OFFSET // 10, _I64)
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _DASHES = (8, 13, 18, 23)
+_PRODUCER_CHAR = 2 * PRODUCER_BYTE + len(_DASHES)
+"""Where the producer ID's hex digits start in a canonical UUID string (the layout of
+oncelog.message)."""
 _HEX = b"0123456789abcdef"
 # The time-sortable key (a version 6 UUID) from a lower-case version 1 string: which
 # character of the v1 string goes to each position (None: a literal).
@@ -142,14 +155,15 @@ def _parse(low: bytes, n: int) -> UUIDColumns:
         return pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(raw[k::16])]).cast(_U64)
 
     shl, shr, bor, band = pc.shift_left, pc.shift_right, pc.bit_wise_or, pc.bit_wise_and
-    b = [byte(k) for k in range(10)]
+    b = [byte(k) for k in range(PRODUCER_BYTE)]
     time_low = bor(bor(shl(b[0], _u64(24)), shl(b[1], _u64(16))), bor(shl(b[2], _u64(8)), b[3]))
     time_mid = bor(shl(b[4], _u64(8)), b[5])
-    time_hi = bor(shl(band(b[6], _u64(0x0F)), _u64(8)), b[7])
+    time_hi = bor(shl(band(b[6], _u64(TIME_HI_MASK >> 8)), _u64(8)), b[7])
     ts = bor(bor(shl(time_hi, _u64(48)), shl(time_mid, _u64(32))), time_low)
-    seq = bor(shl(b[8], _u64(8)), b[9])
-    clock = bor(shl(ts, _u64(4)), band(shr(seq, _u64(10)), _u64(0x0F)))
-    flags = band(seq, _u64(0x3FF)).cast(pa.int32())
+    seq = bor(shl(b[CLOCK_SEQ_BYTE], _u64(8)), b[CLOCK_SEQ_BYTE + 1])
+    counter = band(shr(seq, _u64(SEQ_COUNTER_SHIFT)), _u64(SEQ_COUNTER_MASK))
+    clock = bor(shl(ts, _u64(SEQ_COUNTER_MASK.bit_length())), counter)
+    flags = band(seq, _u64(FLAGS_MASK)).cast(pa.int32())
     try:
         clock_signed = clock.cast(_I64)
     except pa.ArrowInvalid:
@@ -161,9 +175,10 @@ def _parse(low: bytes, n: int) -> UUIDColumns:
         pc.equal(clock, _u64(0)), pa.scalar(None, _I64), unix_us
     ).cast(_TIMESTAMP)
 
-    producer = bytearray(12 * n)
-    for j in range(12):
-        producer[j::12] = low[24 + j :: 36]
+    width = 2 * PRODUCER_ID_LEN
+    producer = bytearray(width * n)
+    for j in range(width):
+        producer[j::width] = low[_PRODUCER_CHAR + j :: 36]
     key = bytearray(36 * n)
     for j, src in enumerate(_KEY_SOURCE):
         if src is not None:
@@ -172,7 +187,7 @@ def _parse(low: bytes, n: int) -> UUIDColumns:
     key[14::36] = b"6" * n
     return UUIDColumns(
         uuid=_fixed_strings(low, 36, n),
-        producer=_fixed_strings(producer, 12, n),
+        producer=_fixed_strings(producer, width, n),
         clock=clock_signed,
         time=time,
         flags=flags,

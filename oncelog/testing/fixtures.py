@@ -9,6 +9,8 @@ Enable them in a `conftest.py` with `pytest_plugins = ["oncelog.testing.fixtures
   (`.url`, `.storage_options`, `.kind`, `.open(**kw) -> JournalClient`).
 - `store_url`: the same, parametrised over the three backends (ids memory, local, s3).
 - `journals`: a JournalClient over `store_url`, closed after the test.
+- `s3_fault_proxy`: a `FaultTarget` per test: a fresh bucket on `s3_server` reached through
+  an `S3FaultProxy` (`oncelog.testing.faults`) that injects the faults a test asks for.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any, Iterator
 import pytest
 
 from oncelog.journal import JournalClient, open_journals
+from oncelog.testing.faults import S3FaultProxy, without_s3fs_retries
 
-__all__ = ["S3Server", "StoreTarget", "start_s3_server"]
+__all__ = ["FaultTarget", "S3Server", "StoreTarget", "start_s3_server"]
 
 S3_REGION = "us-east-1"
 
@@ -58,6 +61,44 @@ class StoreTarget:
 
     def open(self, **kwargs: Any) -> JournalClient:
         return open_journals(self.url, **{**self.storage_options, **kwargs})
+
+
+@dataclass
+class FaultTarget:
+    """An S3 store reached through an `S3FaultProxy`: `proxy` to add fault rules, `url` and
+    `storage_options` for `open_journals(url, **storage_options)` through it, and
+    `direct()` for the same store bypassing the proxy (to check what was really stored)."""
+
+    proxy: S3FaultProxy
+    server: S3Server
+    bucket: str
+    url: str
+    kind: str = "s3"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Options reaching the store through the proxy, with the libraries' retries on."""
+        return self.proxy.storage_options
+
+    @property
+    def storage_options_no_retries(self) -> dict[str, Any]:
+        """Options through the proxy with botocore's retries off (s3fs's are per instance:
+        `open(retries=False)` turns them off too)."""
+        return self.proxy.storage_options_no_retries
+
+    def open(self, *, retries: bool = True, **kwargs: Any) -> JournalClient:
+        """A JournalClient through the proxy. With `retries=False` neither botocore nor s3fs
+        retries, so injected faults reach oncelog, which must cope by itself (aiohttp still
+        resends an idempotent request once after a reset: see `oncelog.testing.faults`)."""
+        options = self.storage_options if retries else self.storage_options_no_retries
+        client = open_journals(self.url, **{**options, **kwargs})
+        if not retries:
+            without_s3fs_retries(client.fs)
+        return client
+
+    def direct(self) -> StoreTarget:
+        """The same store without the proxy."""
+        return StoreTarget("s3", self.url, dict(self.server.storage_options))
 
 
 def _free_port() -> int:
@@ -168,3 +209,12 @@ def journals(store_url: StoreTarget) -> Iterator[JournalClient]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def s3_fault_proxy(s3_server: S3Server) -> Iterator[FaultTarget]:
+    """A fresh bucket on `s3_server` behind a new `S3FaultProxy`, stopped after the test."""
+    bucket = f"oncelog-fault-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    with S3FaultProxy.for_server(s3_server) as proxy:
+        yield FaultTarget(proxy, s3_server, bucket, f"s3://{bucket}/{uuid.uuid4().hex}")

@@ -40,11 +40,18 @@ input was cut into transactions (e.g. running totals: compare the last total per
 `docs` lists the committed input documents in commit order; only the order within one
 input journal is a delivery guarantee, so a reference must not depend on the order
 across journals.
+
+Determinism: what hypothesis draws and which preconditions hold depend only on earlier
+draws, never on time or load. Consumers run with `max_duration=inf`, so a transaction ends
+at `max_messages`, when the input runs dry, or at an injected crash, and a loaded machine
+replays an example exactly (a wall-clock deadline used to cut transactions at different
+points under load, hence `FlakyStrategyDefinition`). Keep your handler deterministic too.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import threading
 import uuid
 from collections import Counter
@@ -54,7 +61,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from oncelog.consumer import STAGES, Consumer, FencedOut, Finalizer, Handler
+from oncelog.consumer import STAGES, BatchHandler, Consumer, FencedOut, Finalizer, Handler
 from oncelog.framing import CONTENT_TYPE_JSON_LINES, for_content_type
 from oncelog.journal import JournalClient, JournalSpec, open_journals
 from oncelog.message import Envelope, JSONMessage
@@ -75,6 +82,11 @@ def sentences() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+
+def _to(journal: str) -> Callable[[Any], tuple[str, str]]:
+    """A mapping of every message to `journal`."""
+    return lambda _msg: (journal, NDJSON)
+
 class ConsumerCrash(Exception):
     """Raised by the machine's stage hook to crash a consumer in the middle of a transaction."""
 
@@ -86,7 +98,11 @@ class ConsumerMachine(RuleBasedStateMachine):
     `finalize`) must be `staticmethod`s."""
 
     # Set by consumer_machine() (or by a subclass).
-    handler: Handler
+    handler: Handler | BatchHandler
+    batch: bool = False
+    """True if `handler` is a batch handler (`Consumer(batch_handler=...)`)."""
+    consumer_options: dict[str, Any] = {}
+    """Extra keyword arguments for every Consumer the machine starts (e.g. `state=`)."""
     expected: Callable[[list[dict[str, Any]]], Any]
     key: Callable[[Envelope], Hashable] | None = None
     view: Callable[[list[Envelope]], Any] | None = None
@@ -96,6 +112,12 @@ class ConsumerMachine(RuleBasedStateMachine):
     outputs: Sequence[str] = ("machine/out",)
     group: str = "machine"
     max_messages: int = 3
+    max_duration: float = math.inf
+    """Transactions are closed by `max_messages`, the input running dry, or a crash rule:
+    never by wall-clock time (keep it infinite). A finite value makes where a transaction
+    ends depend on the machine's load, so which rules' preconditions hold (is the consumer
+    alive, is there a zombie) could differ between hypothesis' generation and its replay
+    of one example: `FlakyStrategyDefinition`."""
     producers: int = 2
 
     def __init__(self) -> None:
@@ -128,16 +150,20 @@ class ConsumerMachine(RuleBasedStateMachine):
         return open_journals(f"memory://{self._memory_root}")
 
     def _new_consumer(self) -> Consumer:
+        handler = type(self).handler
         return Consumer(
             self.client,
             self.group,
             list(self.inputs),
-            type(self).handler,
+            None if self.batch else handler,  # type: ignore[arg-type]
+            batch_handler=handler if self.batch else None,  # type: ignore[arg-type]
             finalize=type(self).finalize,
             initial_state=copy.deepcopy(self.initial_state),
             max_messages=self.max_messages,
+            max_duration=self.max_duration,
             on_stage=self._on_stage,
             keep_checkpoints=None,
+            **self.consumer_options,
         )
 
     def _on_stage(self, stage: str) -> None:
@@ -202,7 +228,7 @@ class ConsumerMachine(RuleBasedStateMachine):
         for doc, j in zip(docs, where):
             name = self.inputs[j]
             msg = JSONMessage(copy.deepcopy(doc))
-            publisher.publish_uncommitted(lambda _m, n=name: (n, NDJSON), msg)
+            publisher.publish_uncommitted(_to(name), msg)
             self.model.publish_uncommitted(producer, name, self.next_id)
             self.docs[self.next_id] = doc
             self.next_id += 1
@@ -321,10 +347,14 @@ class ConsumerMachine(RuleBasedStateMachine):
         outputs = self.committed_outputs()
         want = type(self).expected(self.committed_docs())
         if self.key is not None:
-            _compare_keys(Counter(want), Counter(type(self).key(env) for env in outputs))
+            key = type(self).key
+            assert key is not None
+            _compare_keys(Counter(want), Counter(key(env) for env in outputs))
         else:
             assert self.view is not None
-            got = type(self).view(outputs)
+            view = type(self).view
+            assert view is not None
+            got = view(outputs)
             if got != want:
                 raise AssertionError(
                     f"consumer outputs differ from the crash-free reference:\n"
@@ -355,9 +385,11 @@ def _compare_keys(want: Counter, got: Counter) -> None:
 
 
 def consumer_machine(
-    handler: Handler,
+    handler: Handler | BatchHandler,
     expected: Callable[[list[dict[str, Any]]], Iterable[Hashable] | Any],
     *,
+    batch: bool = False,
+    consumer_options: dict[str, Any] | None = None,
     key: Callable[[Envelope], Hashable] | None = None,
     view: Callable[[list[Envelope]], Any] | None = None,
     finalize: Finalizer | None = None,
@@ -374,6 +406,8 @@ def consumer_machine(
     The handler reads NDJSON documents from `inputs` and publishes to `outputs` (journals
     the machine creates in a fresh store). Give exactly one of `key` (outputs compared with
     `expected(docs)` as multisets of keys) or `view` (`view(outputs) == expected(docs)`).
+    With `batch=True`, `handler` is a batch handler (`handler(envelopes, txn)`).
+    `consumer_options` are passed to every Consumer (e.g. a `state=` factory).
     Run it with `run_state_machine_as_test(machine)` or its `.TestCase`.
     """
     if (key is None) == (view is None):
@@ -384,6 +418,8 @@ def consumer_machine(
         raise ValueError(f"need at least one input and one output journal: {inputs=} {outputs=}")
     attrs: dict[str, Any] = {
         "handler": staticmethod(handler),
+        "batch": batch,
+        "consumer_options": dict(consumer_options or {}),
         "expected": staticmethod(expected),
         "key": None if key is None else staticmethod(key),
         "view": None if view is None else staticmethod(view),

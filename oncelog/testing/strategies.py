@@ -228,5 +228,6 @@ def json_messages(uuid_field: str = "uuid") -> st.SearchStrategy[JSONMessage]:
 
 def csv_records(max_fields: int = 6) -> st.SearchStrategy[CSVRecord]:
     """CSVRecords whose fields hold commas, quotes, CR/LF and unicode; field 0 is the UUID."""
-    field_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
-    return st.lists(field_text, min_size=0, max_size=max_fields).map(lambda fs: CSVRecord(["", *fs]))
+    field_text = st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12)
+    fields = st.lists(field_text, min_size=0, max_size=max_fields)
+    return fields.map(lambda fs: CSVRecord(["", *fs]))

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import uuid as uuidlib
 
-from pyspark import cloudpickle
 import orjson
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark import cloudpickle
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 from spark_history import JSON, committed_rows, to, write_history
@@ -289,8 +289,8 @@ def test_read_options_storage_options_and_selectors() -> None:
     [
         ({"store": "/x"}, "'journal' .* is required"),
         ({"store": "/x", "journal": "a", "selector": "app=b"}, "one of 'journal', 'journals'"),
-        ({"store": "/x", "selector": "app=b"}, "'key' is required"),
-        ({"store": "/x", "journals": "a,b"}, "'key' is required"),
+        ({"store": "/x", "selector": "app=b"}, "'key_column' is required"),
+        ({"store": "/x", "journals": "a,b"}, "'key_column' is required"),
         ({"store": "/x", "journals": "app=b", "key": "k", "selector": "x=y"}, "one of"),
         ({"store": "/x", "journal": "a", "mapping": "hash"}, "modulo or rendezvous"),
         ({"store": "/x", "journal": "a", "writer_id": "a/b"}, "plain name"),
@@ -345,7 +345,8 @@ def test_stream_reader_resumes_from_offsets_exactly_once(store) -> None:
     pub.publish_uncommitted(to("s/a"), JSONMessage({"n": "span-1"}))
     pub.flush()
 
-    def run(reader, start, limit=ReadAllAvailable()):
+    def run(reader, start, limit=None):
+        limit = ReadAllAvailable() if limit is None else limit
         end = reader.latestOffset(start, limit)
         # Offsets are canonical JSON: Spark compares them as strings.
         assert json.dumps(end) == json.dumps(end, sort_keys=True)
@@ -476,7 +477,7 @@ def test_writer_maps_rows_by_key_over_selected_journals(store) -> None:
     for spec in specs[1:]:
         client.create(spec)
     source = OncelogDataSource(
-        {"store": target.url, "selector": "app=keyed", "key": "page", "mapping": "modulo"}
+        {"store": target.url, "selector": "app=keyed", "key_column": "page", "mapping": "modulo"}
     )
     writer = source.writer(WRITE_SCHEMA, False)
     rows = [{"page": f"p{i}", "n": i} for i in range(12)]
@@ -486,9 +487,9 @@ def test_writer_maps_rows_by_key_over_selected_journals(store) -> None:
         got = sorted(d["n"] for d in _docs(client, spec.name))
         assert got == [r["n"] for r in rows if pick(JSONMessage(dict(r)))[0] == spec.name]
     with pytest.raises(OptionError, match="not a column"):
-        OncelogDataSource({"store": target.url, "selector": "app=keyed", "key": "zzz"}).writer(
-            WRITE_SCHEMA, False
-        )
+        OncelogDataSource(
+            {"store": target.url, "selector": "app=keyed", "key_column": "zzz"}
+        ).writer(WRITE_SCHEMA, False)
 
 
 def test_stream_writer_skips_a_batch_id_it_already_committed(store) -> None:

@@ -1,0 +1,396 @@
+"""Pluggable consumer state: JSON inside the checkpoint (the default), or an embedded SQLite
+key-value store whose commit cost is O(keys changed).
+
+`Consumer(..., state="json")` keeps today's behaviour: `txn.state` is any JSON value,
+written whole into every checkpoint (commit cost O(state size)).
+
+`Consumer(..., state=SQLiteState(snapshot_every=K))` keeps the state in an in-memory SQLite
+database that handlers use through `txn.kv` (`get`, `put`, `delete`, ...). Each commit
+writes the keys its transaction changed as a *delta* object, and every K-th commit a
+*snapshot* (the whole database file) instead; the checkpoint references the latest
+snapshot and the deltas after it, so recovery is "load the snapshot, apply the deltas".
+
+Exactly once with the checkpoint, on any store:
+
+- the objects live in `<root>/.oncelog/<checkpoint directory>/state/`, named
+  `<seq:016x>-<token>.delta` / `.sqlite` by the number of the checkpoint that first
+  references them and a random token (so a zombie's or a failed attempt's objects never
+  collide with anyone's); they are written with `put_if_absent` *before* the checkpoint
+  is claimed, and only a claimed checkpoint makes them part of the group's state;
+- a checkpoint's reference names the snapshot and every delta after it, in order;
+  checkpoint N+1's reference is N's plus its own delta (or just a new snapshot);
+- pruning deletes a state object only if no kept checkpoint references it and its number
+  is below the oldest kept checkpoint's: anything a later checkpoint may reference is
+  either referenced by the newest checkpoint (which is kept) or numbered above it.
+
+Invariant of the local database: `SQLiteStateEngine.local_ref` names (by the token of its
+last object) the state the database holds outside the open transaction; recovery
+rebuilds the database from the store unless the recovered checkpoint references exactly
+that state. A transaction's writes go into one SQLite transaction, rolled back when the
+consumer transaction aborts, and committed (locally) when its checkpoint is prepared.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from oncelog.consumer.checkpoint import CheckpointError, ConsumerError, new_token
+
+if TYPE_CHECKING:
+    from oncelog.journal import JournalClient
+
+__all__ = [
+    "DELTA_FORMAT",
+    "KV",
+    "STATE_REF_FORMAT",
+    "SQLiteState",
+    "SQLiteStateEngine",
+    "StateObjectMissing",
+    "is_sqlite_ref",
+    "state_directory",
+    "state_object_names",
+]
+
+STATE_REF_FORMAT = "oncelog-sqlite-state/1"
+DELTA_FORMAT = "oncelog-sqlite-delta/1"
+_OBJECT_NAME = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{32})\.(delta|sqlite|ops)$")
+_MISSING = object()
+
+
+class StateObjectMissing(CheckpointError):
+    """A state object a checkpoint references is gone (pruned after the checkpoint was read,
+    if a newer checkpoint exists; else the group's state is damaged)."""
+
+
+def state_directory(checkpoint_directory: str) -> str:
+    """Where the state objects of a checkpoint directory live (under `.oncelog/`)."""
+    return f"{checkpoint_directory}/state"
+
+
+def is_sqlite_ref(state: Any) -> bool:
+    """True if a checkpoint's state is a reference to SQLite state objects."""
+    return isinstance(state, dict) and state.get("format") == STATE_REF_FORMAT
+
+
+def state_object_names(state: Any) -> set[str]:
+    """The state objects a checkpoint's state references (none for JSON state)."""
+    if not is_sqlite_ref(state):
+        return set()
+    names = set(state.get("deltas") or ())
+    if state.get("snapshot"):
+        names.add(state["snapshot"])
+    return names
+
+
+def object_seq(name: str) -> int | None:
+    """The checkpoint number a state object is named by, or None if it is not one."""
+    m = _OBJECT_NAME.match(name)
+    return int(m.group(1), 16) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class SQLiteState:
+    """Options of the SQLite consumer state: `Consumer(..., state=SQLiteState())`.
+
+    `snapshot_every`: a commit writes a full snapshot instead of a delta once the
+    reference holds this many deltas (recovery applies at most that many; a snapshot
+    commit costs O(state size), the others O(keys changed)).
+    """
+
+    snapshot_every: int = 100
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.snapshot_every, int) or self.snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be an int >= 1, not {self.snapshot_every!r}")
+
+    def open(self, client: JournalClient, checkpoint_directory: str) -> SQLiteStateEngine:
+        """The engine of one consumer instance."""
+        return SQLiteStateEngine(self, client, state_directory(checkpoint_directory))
+
+
+class KV:
+    """The handler's view of the SQLite state: a mapping of str keys to JSON values.
+
+    Every write joins the open consumer transaction: committed with its checkpoint, or
+    undone if it aborts. Values are stored JSON-encoded (tuples come back as lists)."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: SQLiteStateEngine) -> None:
+        self._engine = engine
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of `key`, or `default`."""
+        row = self._engine._db.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+        return default if row is None else orjson.loads(row[0])
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return (
+            self._engine._db.execute("SELECT 1 FROM kv WHERE k = ?", (key,)).fetchone()
+            is not None
+        )
+
+    def __len__(self) -> int:
+        return int(self._engine._db.execute("SELECT count(*) FROM kv").fetchone()[0])
+
+    def put(self, key: str, value: Any) -> None:
+        """Set `key` to the JSON-serialisable `value`."""
+        self.put_many(((key, value),))
+
+    __setitem__ = put
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        """Set many keys at once (one SQL statement)."""
+        engine = self._engine
+        engine._begin()
+        rows = []
+        for key, value in items:
+            if not isinstance(key, str):
+                raise TypeError(f"SQLite state keys must be str, not {type(key).__name__}")
+            try:
+                data = orjson.dumps(value)
+            except TypeError as exc:
+                raise ConsumerError(
+                    f"state value of {key!r} is not JSON-serialisable: {exc}"
+                ) from exc
+            rows.append((key, data))
+            engine._changes[key] = data
+        engine._db.executemany("INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)", rows)
+
+    def update(self, mapping: dict[str, Any]) -> None:
+        """Set every key of `mapping`."""
+        self.put_many(mapping.items())
+
+    def delete(self, key: str) -> None:
+        """Remove `key` (no error if absent)."""
+        engine = self._engine
+        engine._begin()
+        engine._db.execute("DELETE FROM kv WHERE k = ?", (key,))
+        engine._changes[key] = None
+
+    __delitem__ = delete
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The values of those of `keys` that exist."""
+        out: dict[str, Any] = {}
+        keys = list(keys)
+        db = self._engine._db
+        for i in range(0, len(keys), 500):
+            part = keys[i : i + 500]
+            marks = ",".join("?" * len(part))
+            for k, v in db.execute(f"SELECT k, v FROM kv WHERE k IN ({marks})", part):
+                out[k] = orjson.loads(v)
+        return out
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """All keys and values, by key."""
+        for k, v in self._engine._db.execute("SELECT k, v FROM kv ORDER BY k"):
+            yield k, orjson.loads(v)
+
+    def keys(self) -> Iterator[str]:
+        for (k,) in self._engine._db.execute("SELECT k FROM kv ORDER BY k"):
+            yield k
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole state as a dict (for tests and small states)."""
+        return dict(self.items())
+
+    def __repr__(self) -> str:
+        return f"KV({len(self)} keys)"
+
+
+def _new_db() -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    db.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
+    return db
+
+
+class SQLiteStateEngine:
+    """One consumer instance's SQLite state: the local database, the open transaction's
+    changes, and the reference of the last prepared commit. Used from the consumer's
+    thread only (the commit thread only writes the bytes `prepare` returned)."""
+
+    def __init__(self, options: SQLiteState, client: JournalClient, directory: str) -> None:
+        self.options = options
+        self.client = client
+        self.directory = directory
+        self._db = _new_db()
+        self._in_txn = False
+        self._changes: dict[str, bytes | None] = {}
+        self.ref: dict[str, Any] | None = None
+        """The reference of the state the local database holds (outside the open txn)."""
+        self.kv = KV(self)
+
+    # ---------------------------------------------------------------- transactions
+
+    def _begin(self) -> None:
+        if not self._in_txn:
+            self._db.execute("BEGIN")
+            self._in_txn = True
+
+    def rollback(self) -> None:
+        """Undo the open transaction's writes."""
+        if self._in_txn:
+            self._db.execute("ROLLBACK")
+            self._in_txn = False
+        self._changes = {}
+
+    def prepare(self, seq: int) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+        """Commit the open transaction locally and return checkpoint `seq`'s state reference
+        and the objects to write (path under `.oncelog/`, bytes) before claiming it.
+
+        O(keys changed), or O(state) when a snapshot is due. Without changes (and no
+        snapshot due) the reference is the previous one and nothing is written."""
+        if self._in_txn:
+            self._db.execute("COMMIT")
+            self._in_txn = False
+        changes, self._changes = self._changes, {}
+        base = self.ref or _empty_ref()
+        objects: list[tuple[str, bytes]] = []
+        if not changes:
+            return base, objects
+        token = new_token()
+        if len(base["deltas"]) + 1 >= self.options.snapshot_every:
+            name = f"{seq:016x}-{token}.sqlite"
+            objects.append((f"{self.directory}/{name}", self._db.serialize()))
+            ref = {"format": STATE_REF_FORMAT, "snapshot": name, "deltas": []}
+        else:
+            name = f"{seq:016x}-{token}.delta"
+            put = {k: orjson.Fragment(v) for k, v in changes.items() if v is not None}
+            doc = {
+                "format": DELTA_FORMAT,
+                "seq": seq,
+                "token": token,
+                "put": put,
+                "delete": [k for k, v in changes.items() if v is None],
+            }
+            objects.append((f"{self.directory}/{name}", orjson.dumps(doc)))
+            ref = {
+                "format": STATE_REF_FORMAT,
+                "snapshot": base["snapshot"],
+                "deltas": [*base["deltas"], name],
+            }
+        self.ref = ref
+        return ref, objects
+
+    # --------------------------------------------------------------------- recovery
+
+    def load(self, ref: Any, where: str) -> None:
+        """Make the local database hold the state `ref` (a checkpoint's state, None for a
+        fresh group) references; CheckpointError naming `where` if it is not SQLite state,
+        StateObjectMissing if an object is gone. Nothing is written."""
+        self.rollback()
+        if ref is None:
+            if self.ref is not None or self._db.execute("SELECT 1 FROM kv").fetchone():
+                self._db.close()
+                self._db = _new_db()
+            self.ref = None
+            return
+        if not is_sqlite_ref(ref):
+            raise ConsumerError(
+                f"consumer checkpoint {where} holds JSON state, not SQLite state: this group was"
+                " run with state='json' (reset it, or use another group)"
+            )
+        snapshot, deltas = ref.get("snapshot"), ref.get("deltas")
+        if not (snapshot is None or isinstance(snapshot, str)) or not (
+            isinstance(deltas, list) and all(isinstance(d, str) for d in deltas)
+        ):
+            raise CheckpointError(f"corrupt consumer checkpoint {where}: bad state {ref!r}")
+        if self.ref is not None and _ref_id(self.ref) == _ref_id(ref):
+            return  # the local database is exactly that state already
+        db = _new_db()
+        try:
+            if snapshot is not None:
+                data = self._read(snapshot, where)
+                db.close()
+                db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                try:
+                    db.deserialize(data)
+                    db.execute("SELECT count(*) FROM kv").fetchone()
+                except sqlite3.DatabaseError as exc:
+                    raise CheckpointError(
+                        f"consumer checkpoint {where}: state snapshot {snapshot} is not a"
+                        f" SQLite state database: {exc}"
+                    ) from None
+            for name in deltas:
+                self._apply(db, name, self._read(name, where), where)
+        except BaseException:
+            db.close()
+            raise
+        self._db.close()
+        self._db = db
+        self.ref = {"format": STATE_REF_FORMAT, "snapshot": snapshot, "deltas": list(deltas)}
+
+    def _read(self, name: str, where: str) -> bytes:
+        if object_seq(name) is None:
+            raise CheckpointError(
+                f"corrupt consumer checkpoint {where}: bad state object name {name!r}"
+            )
+        data = self.client.read_object(f"{self.directory}/{name}")
+        if data is None:
+            raise StateObjectMissing(
+                f"consumer checkpoint {where} references state object {self.directory}/{name},"
+                " which does not exist"
+            )
+        return data
+
+    @staticmethod
+    def _apply(db: sqlite3.Connection, name: str, data: bytes, where: str) -> None:
+        try:
+            doc = orjson.loads(data)
+            if doc.get("format") != DELTA_FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}")
+            put = [(k, orjson.dumps(v)) for k, v in doc["put"].items()]
+            delete = [(k,) for k in doc["delete"]]
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"consumer checkpoint {where}: state delta {name} is corrupt: {exc}"
+            ) from None
+        db.execute("BEGIN")
+        db.executemany("INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)", put)
+        db.executemany("DELETE FROM kv WHERE k = ?", delete)
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.rollback()
+        self._db.close()
+
+
+def _empty_ref() -> dict[str, Any]:
+    return {"format": STATE_REF_FORMAT, "snapshot": None, "deltas": []}
+
+
+def _ref_id(ref: dict[str, Any]) -> Any:
+    deltas = ref.get("deltas") or []
+    return deltas[-1] if deltas else ref.get("snapshot")
+
+
+def prune_state_objects(
+    client: JournalClient, directory: str, referenced: set[str], below: int
+) -> list[str]:
+    """Delete the state (and sink) objects in `directory` that none of the kept
+    checkpoints references (`referenced`) and that are numbered below `below` (the oldest
+    kept checkpoint's number); returns their names. See the module docstring for why this
+    is safe."""
+    names = client.list_objects(directory)
+    if not names:
+        return []
+    doomed = []
+    for name in names:
+        seq = object_seq(name)
+        if seq is not None and seq < below and name not in referenced:
+            client.delete_object(f"{directory}/{name}")
+            doomed.append(name)
+    return doomed

@@ -1,0 +1,66 @@
+"""Streaming nodes: Produce/Consume over gRPC on oncelog journals (needs `oncelog[streaming]`).
+
+A *channel* is an oncelog journal of JSON-lines messages, each carrying a `vchannel`; a node
+owns channels under *terms* recorded in the store, group-commits every producer of a channel
+into shared fragments, and answers a produce only once it is durable and the node is still
+the channel's owner. `oncelog serve` runs a node; `connect()` is the client. See
+docs/streaming.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.streaming.errors import Code, StreamingError
+
+if TYPE_CHECKING:
+    from oncelog.streaming.client import (
+        ChannelDescription,
+        ConsumedMessage,
+        DeliverAll,
+        DeliverLatest,
+        MessageID,
+        Scanner,
+        StartAfter,
+        StartFrom,
+        StreamingClient,
+        StreamMessage,
+        TimeTick,
+        TimeTickGT,
+        TimeTickGTE,
+        Txn,
+        VChannel,
+        connect,
+    )
+
+__all__ = [
+    "ChannelDescription",
+    "Code",
+    "ConsumedMessage",
+    "DeliverAll",
+    "DeliverLatest",
+    "MessageID",
+    "Scanner",
+    "StartAfter",
+    "StartFrom",
+    "StreamMessage",
+    "StreamingClient",
+    "StreamingError",
+    "TimeTick",
+    "TimeTickGT",
+    "TimeTickGTE",
+    "Txn",
+    "VChannel",
+    "connect",
+]
+
+_CLIENT_NAMES = set(__all__) - {"Code", "StreamingError"}
+
+
+def __getattr__(name: str) -> Any:
+    # The client imports grpc: only when used, so `oncelog.streaming.errors` needs no grpcio.
+    if name in _CLIENT_NAMES:
+        from oncelog.streaming import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'oncelog.streaming' has no attribute {name!r}")

@@ -1,0 +1,850 @@
+"""The Python client of streaming nodes, in the shape of Milvus's WAL accesser.
+
+`connect(addresses, token=...)` gives a `StreamingClient`:
+
+- `append(channel, msg, vchannel=...)`, `append_async`, `append_messages` (one atomic
+  request), `broadcast(channels, msg)` (atomic across channels of one node),
+- `txn(channel, vchannel, keepalive)` with `append` / `commit` / `rollback`,
+- `read(channel, policy, filters)`: a `Scanner` (an iterator with `close()`),
+- channel management: `create_channel`, `describe_channel`, `destroy_channel`,
+  `assign_channel`.
+
+Exactly once across failover: the client stamps every message with a Gazette UUID of its own
+producer (one per channel, clocks growing in send order) before sending it. When a node is
+fenced or unreachable, the client looks the channel's owner up again and resends every
+unacknowledged request *with the same UUIDs*, in order, to the new owner. A message that the
+old node had appended after all is then a duplicate, which read-committed readers drop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+
+from oncelog.message import ACK_TXN, CONTINUE_TXN, OUTSIDE_TXN, Clock, build_uuid, new_producer_id
+from oncelog.streaming import streaming_pb2 as pb
+from oncelog.streaming import streaming_pb2_grpc as pb_grpc
+from oncelog.streaming.errors import RETRIABLE, Code, StreamingError
+
+__all__ = [
+    "ChannelDescription",
+    "ConsumedMessage",
+    "DeliverAll",
+    "DeliverLatest",
+    "MessageID",
+    "Scanner",
+    "StartAfter",
+    "StartFrom",
+    "StreamMessage",
+    "StreamingClient",
+    "TimeTick",
+    "TimeTickGT",
+    "TimeTickGTE",
+    "Txn",
+    "VChannel",
+    "connect",
+]
+
+log = logging.getLogger(__name__)
+
+_CLOSE = object()
+
+
+# -- values ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageID:
+    """Where a message landed: channel (journal) bytes [begin, end)."""
+
+    channel: str
+    begin: int
+    end: int
+
+    @classmethod
+    def _of(cls, mid: pb.MessageID) -> MessageID:
+        return cls(mid.channel, mid.begin, mid.end)
+
+    def _pb(self) -> pb.MessageID:
+        return pb.MessageID(channel=self.channel, begin=self.begin, end=self.end)
+
+
+@dataclass(slots=True)
+class StreamMessage:
+    """A message to produce: payload bytes (str is UTF-8 encoded), vchannel, properties."""
+
+    payload: bytes | str
+    vchannel: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def _pb(self, default_vchannel: str = "") -> pb.Message:
+        body = self.payload.encode("utf-8") if isinstance(self.payload, str) else self.payload
+        return pb.Message(payload=bytes(body), vchannel=self.vchannel or default_vchannel,
+                          properties=self.properties)
+
+
+Payload = bytes | str | StreamMessage
+
+
+def _message(msg: Payload, vchannel: str, properties: dict[str, str] | None = None) -> pb.Message:
+    if not isinstance(msg, StreamMessage):
+        msg = StreamMessage(msg, vchannel, dict(properties or {}))
+    return msg._pb(vchannel)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedMessage:
+    """A committed message delivered by a Scanner."""
+
+    id: MessageID
+    payload: bytes
+    vchannel: str
+    properties: dict[str, str]
+    uuid: str
+    time_tick: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimeTick:
+    """Progress of a channel (Scanner with `time_ticks=True`): every message up to `offset`
+    was delivered or filtered out."""
+
+    time_tick: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelDescription:
+    """A channel, its current term and the node owning it at that term."""
+
+    name: str
+    term: int
+    owner_node: str
+    owner_address: str
+    owner_description: str
+    description: str
+    head: int
+    labels: dict[str, str]
+
+    @classmethod
+    def _of(cls, d: pb.ChannelDescription) -> ChannelDescription:
+        return cls(d.channel.name, d.channel.term, d.owner.node_id, d.owner.address,
+                   d.owner.description, d.description, d.head, dict(d.labels))
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverAll:
+    """Deliver from the channel's first message."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverLatest:
+    """Deliver only messages appended after the scanner starts."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartFrom:
+    """Deliver from this message on, itself included."""
+
+    id: MessageID
+
+
+@dataclass(frozen=True, slots=True)
+class StartAfter:
+    """Deliver the messages after this one."""
+
+    id: MessageID
+
+
+@dataclass(frozen=True, slots=True)
+class TimeTickGT:
+    """Only messages whose time tick (UUID clock) is greater than `time_tick`."""
+
+    time_tick: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimeTickGTE:
+    """Only messages whose time tick is at least `time_tick`."""
+
+    time_tick: int
+
+
+@dataclass(frozen=True, slots=True)
+class VChannel:
+    """Only messages of this vchannel (several VChannel filters: any of them)."""
+
+    name: str
+
+
+Policy = DeliverAll | DeliverLatest | StartFrom | StartAfter
+Filter = TimeTickGT | TimeTickGTE | VChannel
+
+
+def _policy_pb(policy: Policy) -> pb.DeliverPolicy:
+    if isinstance(policy, DeliverAll):
+        return pb.DeliverPolicy(all=pb.Empty())
+    if isinstance(policy, DeliverLatest):
+        return pb.DeliverPolicy(latest=pb.Empty())
+    if isinstance(policy, StartFrom):
+        return pb.DeliverPolicy(start_from=policy.id._pb())
+    if isinstance(policy, StartAfter):
+        return pb.DeliverPolicy(start_after=policy.id._pb())
+    raise TypeError(f"not a deliver policy: {policy!r}")
+
+
+def _filter_pb(f: Filter) -> pb.DeliverFilter:
+    if isinstance(f, TimeTickGT):
+        return pb.DeliverFilter(time_tick_gt=pb.DeliverFilterTimeTickGT(time_tick=f.time_tick))
+    if isinstance(f, TimeTickGTE):
+        return pb.DeliverFilter(time_tick_gte=pb.DeliverFilterTimeTickGTE(time_tick=f.time_tick))
+    if isinstance(f, VChannel):
+        return pb.DeliverFilter(vchannel=pb.DeliverFilterVChannel(vchannel=f.name))
+    raise TypeError(f"not a deliver filter: {f!r}")
+
+
+def _rpc_error(exc: grpc.RpcError, address: str = "") -> StreamingError:
+    """The StreamingError of a gRPC failure (status codes the node never sends as answers)."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    where = f" ({address})" if address else ""
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return StreamingError(Code.UNAUTHENTICATED, f"{details}{where}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return StreamingError(Code.INVALID_ARGUMENT, f"request too large for the node{where}: "
+                              f"{details}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return StreamingError(Code.ON_SHUTDOWN, f"node unavailable{where}: {details}")
+    if code == grpc.StatusCode.CANCELLED:
+        return StreamingError(Code.EOF, f"the stream was cancelled{where}")
+    return StreamingError(Code.UNKNOWN, f"{code}{where}: {details}")
+
+
+def _check(error: pb.StreamingError) -> None:
+    if error.code != 0:
+        raise StreamingError(error.code, error.cause)
+
+
+# -- produce streams ------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Req:
+    """One request: its messages (UUIDs stamped once, kept across resends) or a txn op."""
+
+    kind: str
+    messages: list[pb.Message] = field(default_factory=list)
+    txn_id: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    future: Future[pb.ProduceMessageResult] = field(default_factory=Future)
+
+    def to_pb(self, rid: int) -> pb.ProduceRequest:
+        if self.kind == "produce":
+            return pb.ProduceRequest(produce=pb.ProduceMessageRequest(
+                request_id=rid, messages=self.messages, txn_id=self.txn_id))
+        if self.kind == "begin_txn":
+            return pb.ProduceRequest(begin_txn=pb.BeginTxnRequest(request_id=rid, **self.extra))
+        if self.kind == "commit_txn":
+            return pb.ProduceRequest(commit_txn=pb.CommitTxnRequest(
+                request_id=rid, txn_id=self.txn_id, **self.extra))
+        return pb.ProduceRequest(rollback_txn=pb.RollbackTxnRequest(request_id=rid,
+                                                                   txn_id=self.txn_id))
+
+
+class _Stream:
+    """One Produce stream to one node. Answers go to `on_answer(req, result | error)`;
+    when the stream breaks, `on_broken(stream, error, unanswered)` is called once."""
+
+    def __init__(
+        self,
+        client: StreamingClient,
+        address: str,
+        channel: str,
+        on_answer: Callable[[_Req, pb.ProduceMessageResult | StreamingError], None],
+        on_broken: Callable[[_Stream, StreamingError, list[_Req]], None],
+    ) -> None:
+        self.address = address
+        self.channel = channel
+        self._queue: Any = __import__("queue").SimpleQueue()
+        self._by_id: dict[int, _Req] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._on_answer = on_answer
+        self._on_broken = on_broken
+        self._broken = False
+        self._call = client._stub(address).Produce(
+            self._requests(), metadata=client._metadata
+        )
+        self._queue.put(pb.ProduceRequest(create=pb.CreateProducerRequest(
+            channel=pb.ChannelInfo(name=channel))))
+        try:
+            first = next(self._call)
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc, address) from None
+        except StopIteration:
+            raise StreamingError(Code.EOF, f"{address} closed the stream") from None
+        _check(first.create.error)
+        self.term = first.create.channel.term
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name="oncelog-streaming-answers")
+        self._reader.start()
+
+    def _requests(self) -> Iterator[pb.ProduceRequest]:
+        while True:
+            item = self._queue.get()
+            if item is _CLOSE:
+                yield pb.ProduceRequest(close=pb.CloseProducerRequest())
+                return
+            yield item
+
+    def send(self, req: _Req) -> None:
+        with self._lock:
+            if self._broken:
+                raise StreamingError(Code.EOF, "the stream is broken")
+            rid = next(self._ids)
+            self._by_id[rid] = req
+            self._queue.put(req.to_pb(rid))
+
+    def close(self) -> None:
+        self._queue.put(_CLOSE)
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    def _read(self) -> None:
+        error: StreamingError | None = None
+        try:
+            for resp in self._call:
+                if resp.WhichOneof("response") != "produce":
+                    continue
+                answer = resp.produce
+                with self._lock:
+                    req = self._by_id.pop(answer.request_id, None)
+                if req is None:
+                    continue
+                if answer.WhichOneof("response") == "error":
+                    err = StreamingError(answer.error.code, answer.error.cause)
+                    if err.code in RETRIABLE:
+                        with self._lock:
+                            self._by_id[answer.request_id] = req  # unanswered: resent
+                        error = err
+                        break
+                    self._on_answer(req, err)
+                else:
+                    self._on_answer(req, answer.result)
+        except grpc.RpcError as exc:
+            error = _rpc_error(exc, self.address)
+        with self._lock:
+            self._broken = True
+            left = [self._by_id[k] for k in sorted(self._by_id)]
+            self._by_id.clear()
+        if error is None:
+            if not left:
+                return
+            error = StreamingError(Code.EOF, f"{self.address} ended the stream")
+        self._call.cancel()
+        self._on_broken(self, error, left)
+
+
+def _retriable(exc: StreamingError) -> bool:
+    return exc.code in RETRIABLE and not getattr(exc, "final", False)
+
+
+class _ChannelProducer:
+    """The client's producer of one channel: one UUID producer, one stream at a time, and
+    every unacknowledged request kept (in order) for resending after a failover."""
+
+    def __init__(self, client: StreamingClient, channel: str) -> None:
+        self.client = client
+        self.channel = channel
+        self.producer = new_producer_id()
+        self.clock = Clock()
+        self._lock = threading.Lock()
+        self._unacked: OrderedDict[int, _Req] = OrderedDict()
+        self._seq = itertools.count()
+        self._stream: _Stream | None = None
+        self._recovering = False
+        self._closed = False
+
+    def submit(self, messages: list[pb.Message]) -> Future[pb.ProduceMessageResult]:
+        req = _Req("produce", messages)
+        with self._lock:
+            if self._closed:
+                raise StreamingError(Code.EOF, "the client is closed")
+            self.clock.update()
+            for m in messages:
+                m.uuid = str(build_uuid(self.producer, self.clock.tick(), OUTSIDE_TXN))
+            key = next(self._seq)
+            req.extra["key"] = key
+            self._unacked[key] = req
+            if self._stream is None and not self._recovering:
+                try:
+                    self._stream = self._open()
+                except StreamingError as exc:
+                    if not _retriable(exc):
+                        del self._unacked[key]
+                        raise
+                    self._start_recovery(exc)
+                    return req.future
+            if self._stream is not None:
+                try:
+                    self._stream.send(req)
+                except StreamingError:
+                    pass  # broken: its on_broken resends what is unacked
+        return req.future
+
+    def _open(self) -> _Stream:
+        try:
+            address = self.client._owner_address(self.channel)
+        except StreamingError as exc:
+            exc.final = True  # type: ignore[attr-defined]  # no such channel: do not retry
+            raise
+        return _Stream(self.client, address, self.channel, self._answered, self._broken)
+
+    def _answered(self, req: _Req, got: pb.ProduceMessageResult | StreamingError) -> None:
+        with self._lock:
+            self._unacked.pop(req.extra["key"], None)
+        if isinstance(got, StreamingError):
+            req.future.set_exception(got)
+        else:
+            req.future.set_result(got)
+
+    def _broken(self, stream: _Stream, error: StreamingError, left: list[_Req]) -> None:
+        with self._lock:
+            if self._stream is stream:
+                self._stream = None
+            if self._closed or not self._unacked:
+                return
+            if not _retriable(error):
+                # E.g. a request too large for the node, or a wrong token: the node ended
+                # the stream; what it did not answer fails (it was not acknowledged).
+                failed = list(self._unacked.values())
+                self._unacked.clear()
+                for req in failed:
+                    req.future.set_exception(error)
+                return
+            log.info("channel %r: stream to %s broke (%s); resending %d requests",
+                     self.channel, stream.address, error, len(self._unacked))
+            if not self._recovering:
+                self._start_recovery(error)
+
+    def _start_recovery(self, error: StreamingError) -> None:
+        self._recovering = True
+        threading.Thread(target=self._recover, args=(error,), daemon=True,
+                         name="oncelog-streaming-recover").start()
+
+    def _recover(self, error: StreamingError) -> None:
+        deadline = time.monotonic() + self.client.retry_timeout
+        delay = 0.02
+        while True:
+            try:
+                stream = self._open()
+            except StreamingError as exc:
+                error = exc
+                if _retriable(exc) and time.monotonic() < deadline and not self._closed:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                with self._lock:
+                    failed = list(self._unacked.values())
+                    self._unacked.clear()
+                    self._recovering = False
+                for req in failed:
+                    req.future.set_exception(StreamingError(
+                        error.code, f"gave up after {self.client.retry_timeout} s: {error.cause}"))
+                return
+            with self._lock:
+                self._stream = stream
+                self._recovering = False
+                pending = list(self._unacked.values())
+                try:
+                    for req in pending:
+                        stream.send(req)
+                except StreamingError:
+                    pass  # broke again: its on_broken starts another recovery
+            return
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+
+class Txn:
+    """A transaction writing one vchannel of one channel: `append` messages (invisible to
+    read-committed readers), then `commit()` (all become visible at once) or `rollback()`.
+    It expires (rolled back by the node) after `keepalive` without an append. A transaction
+    is not moved by failover: if its node fails, it fails (nothing was committed unless
+    `commit()` returned)."""
+
+    def __init__(self, client: StreamingClient, channel: str, vchannel: str,
+                 keepalive: float | None) -> None:
+        self.channel = channel
+        self.vchannel = vchannel
+        self._producer = new_producer_id()
+        self._clock = Clock()
+        self._results: dict[int, Any] = {}
+        self._stream = _Stream(client, client._owner_address(channel), channel,
+                               self._answered, self._broken)
+        ms = 0 if keepalive is None else max(1, int(keepalive * 1000))
+        result = self._request(_Req("begin_txn", extra={"vchannel": vchannel,
+                                                         "keepalive_ms": ms}))
+        self.txn_id = result.txn_id
+
+    @staticmethod
+    def _answered(req: _Req, got: pb.ProduceMessageResult | StreamingError) -> None:
+        if isinstance(got, StreamingError):
+            req.future.set_exception(got)
+        else:
+            req.future.set_result(got)
+
+    @staticmethod
+    def _broken(stream: _Stream, error: StreamingError, left: list[_Req]) -> None:
+        for req in left:
+            req.future.set_exception(error)
+
+    def _request(self, req: _Req) -> pb.ProduceMessageResult:
+        self._stream.send(req)
+        return req.future.result()
+
+    def append(self, msg: Payload, *, properties: dict[str, str] | None = None) -> MessageID:
+        """Append one message to the transaction; returns where it landed once durable."""
+        return self.append_messages([msg], properties=properties)[0]
+
+    def append_messages(self, msgs: Iterable[Payload], *,
+                        properties: dict[str, str] | None = None) -> list[MessageID]:
+        messages = [_message(m, self.vchannel, properties) for m in msgs]
+        self._clock.update()
+        for m in messages:
+            m.uuid = str(build_uuid(self._producer, self._clock.tick(), CONTINUE_TXN))
+        result = self._request(_Req("produce", messages, txn_id=self.txn_id))
+        return [MessageID._of(i) for i in result.ids]
+
+    def commit(self) -> int:
+        """Commit: every appended message becomes visible at once. Returns the commit's time
+        tick. TRANSACTION_EXPIRED if it outlived its keepalive (nothing is committed)."""
+        try:
+            self._clock.update()
+            ack = str(build_uuid(self._producer, self._clock.tick(), ACK_TXN))
+            result = self._request(_Req("commit_txn", txn_id=self.txn_id,
+                                        extra={"ack_uuid": ack}))
+            return int(result.time_tick)
+        finally:
+            self._stream.close()
+
+    def rollback(self) -> None:
+        """Discard the transaction's messages."""
+        try:
+            self._request(_Req("rollback_txn", txn_id=self.txn_id))
+        finally:
+            self._stream.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            try:
+                self.rollback()
+            except StreamingError:
+                pass
+
+
+# -- consuming -------------------------------------------------------------------------------
+
+
+class Scanner:
+    """Committed messages of a channel, as a blocking iterator (tailing new appends).
+    `close()` (from any thread) ends it; iteration then stops."""
+
+    def __init__(self, call: Any, address: str) -> None:
+        self._call = call
+        self._address = address
+        self.time_tick = 0
+        self.start_offset = 0
+        self._closed = False
+        try:
+            first = next(call)
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc, address) from None
+        if first.WhichOneof("response") == "error":
+            _check(first.error)
+        self.start_offset = first.create.start_offset
+
+    def __iter__(self) -> Scanner:
+        return self
+
+    def __next__(self) -> ConsumedMessage | TimeTick:
+        while True:
+            try:
+                resp = next(self._call)
+            except grpc.RpcError as exc:
+                if self._closed or exc.code() == grpc.StatusCode.CANCELLED:
+                    raise StopIteration from None
+                raise _rpc_error(exc, self._address) from None
+            kind = resp.WhichOneof("response")
+            if kind == "consume":
+                c = resp.consume
+                m = c.message
+                return ConsumedMessage(MessageID._of(c.id), m.payload, m.vchannel,
+                                       dict(m.properties), m.uuid, c.time_tick)
+            if kind == "time_tick":
+                self.time_tick = resp.time_tick.time_tick
+                return TimeTick(resp.time_tick.time_tick, resp.time_tick.offset)
+            if kind == "error":
+                _check(resp.error)
+
+    def close(self) -> None:
+        self._closed = True
+        self._call.cancel()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- the client ------------------------------------------------------------------------------
+
+
+class StreamingClient:
+    """Talks to the streaming nodes of one store. Thread-safe; share one per process."""
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        *,
+        token: str | None = None,
+        tls_ca: bytes | None = None,
+        tls: bool = False,
+        retry_timeout: float = 30.0,
+        timeout: float = 30.0,
+        max_request_bytes: int = 64 << 20,
+    ) -> None:
+        if not addresses:
+            raise ValueError("connect() needs at least one node address")
+        self.addresses = list(addresses)
+        self.retry_timeout = retry_timeout
+        self.timeout = timeout
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._creds = grpc.ssl_channel_credentials(tls_ca) if (tls or tls_ca) else None
+        self._options = [
+            ("grpc.max_send_message_length", max_request_bytes),
+            ("grpc.max_receive_message_length", 64 << 20),
+        ]
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, pb_grpc.StreamingNodeServiceStub] = {}
+        self._producers: dict[str, _ChannelProducer] = {}
+
+    def _stub(self, address: str) -> pb_grpc.StreamingNodeServiceStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                if self._creds is not None:
+                    ch = grpc.secure_channel(address, self._creds, options=self._options)
+                else:
+                    ch = grpc.insecure_channel(address, options=self._options)
+                self._channels[address] = ch
+                stub = self._stubs[address] = pb_grpc.StreamingNodeServiceStub(ch)
+            return stub
+
+    def _unary(self, method: str, request: Any, address: str | None = None) -> Any:
+        """Call `method` on `address`, or on each known node in turn until one answers."""
+        targets = [address] if address else list(self.addresses)
+        error: StreamingError | None = None
+        for target in targets:
+            try:
+                return getattr(self._stub(target), method)(
+                    request, metadata=self._metadata, timeout=self.timeout)
+            except grpc.RpcError as exc:
+                error = _rpc_error(exc, target)
+                if error.code != Code.ON_SHUTDOWN:
+                    raise error from None
+        assert error is not None
+        raise error
+
+    def _owner_address(self, channel: str) -> str:
+        desc = self.describe_channel(channel)
+        if not desc.owner_address:
+            raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {channel!r} has no owner")
+        return desc.owner_address
+
+    # Channels ---------------------------------------------------------------------------
+
+    def create_channel(self, name: str, description: str = "", *,
+                       labels: dict[str, str] | None = None,
+                       address: str | None = None) -> ChannelDescription:
+        """Create channel `name` (a journal) owned by `address` (default: the first node)."""
+        resp = self._unary("CreateChannel", pb.CreateChannelRequest(
+            name=name, description=description, labels=labels or {}),
+            address or self.addresses[0])
+        _check(resp.error)
+        return ChannelDescription._of(resp.channel)
+
+    def describe_channel(self, name: str) -> ChannelDescription:
+        resp = self._unary("DescribeChannel", pb.DescribeChannelRequest(name=name))
+        _check(resp.error)
+        return ChannelDescription._of(resp.channel)
+
+    def destroy_channel(self, name: str) -> None:
+        resp = self._unary("DestroyChannel", pb.DestroyChannelRequest(name=name))
+        _check(resp.error)
+
+    def assign_channel(self, name: str, address: str) -> ChannelDescription:
+        """Make the node at `address` take the channel (term + 1, fencing its owner)."""
+        resp = self._unary("AssignChannel", pb.AssignChannelRequest(name=name), address)
+        _check(resp.error)
+        return ChannelDescription._of(resp.channel)
+
+    def list_channels(self, address: str) -> list[ChannelDescription]:
+        """The channels the node at `address` owns."""
+        resp = self._unary("ListChannels", pb.ListChannelsRequest(), address)
+        return [ChannelDescription._of(c) for c in resp.channels]
+
+    # Producing --------------------------------------------------------------------------
+
+    def _producer(self, channel: str) -> _ChannelProducer:
+        with self._lock:
+            p = self._producers.get(channel)
+            if p is None:
+                p = self._producers[channel] = _ChannelProducer(self, channel)
+            return p
+
+    def append_async(self, channel: str, msgs: Iterable[Payload], *, vchannel: str = "",
+                     properties: dict[str, str] | None = None) -> Future[list[MessageID]]:
+        """Send messages as one atomic request without waiting: a future of their ids."""
+        messages = [_message(m, vchannel, properties) for m in msgs]
+        inner = self._producer(channel).submit(messages)
+        outer: Future[list[MessageID]] = Future()
+
+        def done(f: Future[pb.ProduceMessageResult]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                outer.set_exception(exc)
+            else:
+                outer.set_result([MessageID._of(i) for i in f.result().ids])
+
+        inner.add_done_callback(done)
+        return outer
+
+    def append(self, channel: str, msg: Payload, *, vchannel: str = "",
+               properties: dict[str, str] | None = None) -> MessageID:
+        """Append one committed message; returns its id once durable on the owner."""
+        return self.append_async(channel, [msg], vchannel=vchannel,
+                                 properties=properties).result()[0]
+
+    def append_messages(self, channel: str, msgs: Iterable[Payload], *,
+                        vchannel: str = "") -> list[MessageID]:
+        """Append messages (each with its own vchannel, if a StreamMessage) as one atomic
+        request: all land together, contiguously, or none."""
+        return self.append_async(channel, msgs, vchannel=vchannel).result()
+
+    def txn(self, channel: str, vchannel: str, keepalive: float | timedelta | None = None) -> Txn:
+        """Open a transaction on one vchannel of `channel`."""
+        seconds = keepalive.total_seconds() if isinstance(keepalive, timedelta) else keepalive
+        return Txn(self, channel, vchannel, seconds)
+
+    def broadcast(self, channels: Sequence[str], msg: Payload, *,
+                  vchannel: str = "") -> list[MessageID]:
+        """Append `msg` to every channel atomically (one transaction across them). The
+        channels must be owned by one node."""
+        if not channels:
+            raise ValueError("broadcast needs channels")
+        address = self._owner_address(channels[0])
+        resp = self._unary("Broadcast", pb.BroadcastRequest(
+            channels=list(channels), message=_message(msg, vchannel)), address)
+        _check(resp.error)
+        return [MessageID._of(i) for i in resp.ids]
+
+    # Consuming --------------------------------------------------------------------------
+
+    def read(self, channel: str, policy: Policy | None = None,
+             filters: Iterable[Filter] = (), *, time_ticks: bool = False,
+             address: str | None = None) -> Scanner:
+        """A Scanner over the committed messages of `channel` (any node serves reads)."""
+        request = pb.ConsumeRequest(
+            channel=pb.ChannelInfo(name=channel),
+            deliver_policy=_policy_pb(policy or DeliverAll()),
+            deliver_filters=[_filter_pb(f) for f in filters],
+            time_ticks=time_ticks,
+        )
+        targets = [address] if address else list(self.addresses)
+        error: StreamingError | None = None
+        for target in targets:
+            call = self._stub(target).Consume(request, metadata=self._metadata)
+            try:
+                return Scanner(call, target)
+            except StreamingError as exc:
+                error = exc
+                if exc.code != Code.ON_SHUTDOWN:
+                    raise
+        assert error is not None
+        raise error
+
+    def close(self) -> None:
+        with self._lock:
+            producers = list(self._producers.values())
+            self._producers.clear()
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._stubs.clear()
+        for p in producers:
+            p.close()
+        for ch in channels:
+            ch.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(
+    address: str | Sequence[str],
+    token: str | None = None,
+    *,
+    tls_ca: bytes | str | Path | None = None,
+    tls: bool = False,
+    retry_timeout: float = 30.0,
+    timeout: float = 30.0,
+) -> StreamingClient:
+    """A client of the streaming nodes at `address` (`host:port`, a comma-separated list, or
+    a sequence). `token`: the nodes' bearer token. `tls_ca`: PEM bytes or a file of the CA
+    to trust (or `tls=True` for the system's). `retry_timeout`: how long a producer keeps
+    looking for a channel's new owner after a failure before failing its requests."""
+    addresses = [a.strip() for a in address.split(",")] if isinstance(address, str) \
+        else list(address)
+    ca: bytes | None
+    if isinstance(tls_ca, (str, Path)):
+        ca = Path(tls_ca).read_bytes()
+    else:
+        ca = tls_ca
+    return StreamingClient([a for a in addresses if a], token=token, tls_ca=ca, tls=tls,
+                           retry_timeout=retry_timeout, timeout=timeout)

@@ -1,0 +1,184 @@
+"""What a streaming node records in the store: channel terms and node heartbeats.
+
+Both are chains of small objects under `<root>/.oncelog/streaming/`, each created only if
+absent (`JournalClient.put_if_absent`), so two nodes never both win the same link:
+
+- `streaming/channels/<channel>/terms/<term:016x>.json`: one object per term of a channel,
+  naming the node that took it. A node takes a channel by creating the term after the newest;
+  it owns the channel while no higher term exists. Check after write: having created term T,
+  the node lists the terms after T, and any found means it already lost the channel.
+- `streaming/nodes/<node_id>/beats/<seq:016x>.json`: a node's heartbeats. Other nodes never
+  compare clocks: a node is presumed dead once its newest beat has not changed for a lease
+  timeout *of the observer's own monotonic clock*.
+
+Invariant: terms only grow, and at any term exactly one node incarnation (`token`) is named.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from oncelog.journal import JournalClient
+
+__all__ = [
+    "CHANNEL_ROLE",
+    "Heartbeat",
+    "LeaseWatcher",
+    "TermRecord",
+    "delete_terms",
+    "latest_term",
+    "newer_terms",
+    "take_term",
+    "terms_dir",
+]
+
+CHANNEL_ROLE = "streaming-channel"
+"""`JournalSpec.owner.role` of journals created as streaming channels."""
+
+_LINK = re.compile(r"^([0-9a-f]{16})\.json$")
+
+
+def _link_name(n: int) -> str:
+    return f"{n:016x}.json"
+
+
+def _links(names: list[str]) -> list[int]:
+    out = []
+    for name in names:
+        m = _LINK.match(name.rsplit("/", 1)[-1])
+        if m:
+            out.append(int(m.group(1), 16))
+    return sorted(out)
+
+
+@dataclass(frozen=True, slots=True)
+class TermRecord:
+    """Term `term` of `channel`, taken by node `node_id` (process incarnation `token`),
+    reachable at `address`."""
+
+    channel: str
+    term: int
+    node_id: str
+    address: str
+    description: str = ""
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: float = field(default_factory=time.time)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TermRecord:
+        doc: dict[str, Any] = orjson.loads(data)
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
+
+
+def terms_dir(channel: str) -> str:
+    """The directory (under `.oncelog/`) of the channel's term records."""
+    return f"streaming/channels/{channel}/terms"
+
+
+def _term_path(channel: str, term: int) -> str:
+    return f"{terms_dir(channel)}/{_link_name(term)}"
+
+
+def latest_term(client: JournalClient, channel: str) -> TermRecord | None:
+    """The channel's newest term record, or None if no node ever took it."""
+    for _ in range(5):
+        terms = _links(client.list_objects(terms_dir(channel)))
+        if not terms:
+            return None
+        data = client.read_object(_term_path(channel, terms[-1]))
+        if data is not None:
+            return TermRecord.from_json(data)
+    return None  # pragma: no cover - the terms were deleted meanwhile, repeatedly
+
+
+def newer_terms(client: JournalClient, channel: str, term: int) -> list[int]:
+    """Terms of the channel above `term` (one LIST from `term` on)."""
+    names = client.list_objects(terms_dir(channel), after=_link_name(term))
+    return [t for t in _links(names) if t > term]
+
+
+def take_term(client: JournalClient, record: TermRecord) -> bool:
+    """Create `record`'s term only if absent, then check after write: True only if it was
+    created and no higher term exists (else the caller does not own the channel)."""
+    if not client.put_if_absent(_term_path(record.channel, record.term), record.to_json()):
+        return False
+    return not newer_terms(client, record.channel, record.term)
+
+
+def delete_terms(client: JournalClient, channel: str) -> None:
+    """Remove every term record of a destroyed channel."""
+    for term in _links(client.list_objects(terms_dir(channel))):
+        client.delete_object(_term_path(channel, term))
+
+
+def default_node_id(port: int) -> str:
+    """A node id stable across restarts of a node on this host and port (so a restarted node
+    takes its channels back at once instead of waiting for its old lease to expire)."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()) or "node"
+    return f"{host}-{port}"
+
+
+def _beats_dir(node_id: str) -> str:
+    return f"streaming/nodes/{node_id}/beats"
+
+
+class Heartbeat:
+    """The beat chain of one node: `beat()` creates the next link and deletes old ones."""
+
+    KEEP = 3
+
+    def __init__(self, client: JournalClient, node_id: str, address: str, token: str) -> None:
+        self.client = client
+        self.node_id = node_id
+        self.address = address
+        self.token = token
+        beats = _links(client.list_objects(_beats_dir(node_id)))
+        self.seq = beats[-1] if beats else 0
+
+    def beat(self) -> bool:
+        """Write the next beat; False if another process with our node id wrote it first."""
+        seq = self.seq + 1
+        doc = {"node_id": self.node_id, "address": self.address, "token": self.token,
+               "seq": seq, "time": time.time()}
+        won = self.client.put_if_absent(
+            f"{_beats_dir(self.node_id)}/{_link_name(seq)}", orjson.dumps(doc)
+        )
+        self.seq = seq if won else max(seq, _last_beat(self.client, self.node_id))
+        if won and seq > self.KEEP:
+            self.client.delete_object(f"{_beats_dir(self.node_id)}/{_link_name(seq - self.KEEP)}")
+        return won
+
+
+def _last_beat(client: JournalClient, node_id: str) -> int:
+    beats = _links(client.list_objects(_beats_dir(node_id)))
+    return beats[-1] if beats else 0
+
+
+class LeaseWatcher:
+    """Decides, from the observer's clock only, whether another node's lease expired: its
+    newest beat did not change for `lease_timeout` seconds since this watcher first saw it."""
+
+    def __init__(self, client: JournalClient, lease_timeout: float) -> None:
+        self.client = client
+        self.lease_timeout = lease_timeout
+        self._seen: dict[str, tuple[int, float]] = {}
+
+    def expired(self, node_id: str) -> bool:
+        seq = _last_beat(self.client, node_id)
+        now = time.monotonic()
+        last = self._seen.get(node_id)
+        if last is None or last[0] != seq:
+            self._seen[node_id] = (seq, now)
+            return False
+        return now - last[1] >= self.lease_timeout

@@ -1,0 +1,1086 @@
+"""The streaming node: a gRPC server producing to and consuming from channels (journals).
+
+A node owns channels under terms recorded in the store (`oncelog.streaming.meta`). For each
+Produce stream it appends every request's messages as ONE journal append (so a request is
+atomic: all its messages land in one fragment, or none) through the node's single
+`JournalClient`, whose appender group-commits the appends of every stream of a channel into
+one fragment per flush. A request is answered only once its append is durable AND the node
+has checked, after that, that no higher term of the channel exists (one LIST, shared by
+every request that became durable before it started). A node that finds a higher term is
+fenced for that channel for good: it answers CHANNEL_FENCED and appends nothing more there.
+
+Messages are ordinary JSON lines of the journal (`{"uuid", "vchannel", "payload",
+"properties"}`), so `read_committed`, consumers and Spark read channels straight from the
+store. Time ticks of idle channels are ACK_TXN messages of the node's own producer: invisible
+to read-committed readers, but progress for `read_time_ordered`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import logging
+import queue
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+import orjson
+
+from oncelog.message import (
+    ACK_TXN,
+    CONTINUE_TXN,
+    OUTSIDE_TXN,
+    Clock,
+    build_uuid,
+    new_producer_id,
+    parse_uuid_fields,
+)
+from oncelog.streaming import meta
+from oncelog.streaming import streaming_pb2 as pb
+from oncelog.streaming import streaming_pb2_grpc as pb_grpc
+from oncelog.streaming.errors import Code, StreamingError
+
+if TYPE_CHECKING:
+    from oncelog.journal import AsyncAppend, JournalClient
+
+__all__ = ["NodeConfig", "StreamingNode", "decode_message", "encode_message", "serve"]
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "application/x-ndjson"
+_NIL_PRODUCER = bytes(6)
+
+
+@dataclass
+class NodeConfig:
+    """Settings of one node. Durations in seconds, sizes in bytes."""
+
+    node_id: str = ""
+    address: str = ""  # advertised to clients (DescribeChannel); default: the listen address
+    description: str = ""
+    token: str | None = None
+    max_message_bytes: int = 1 << 20
+    max_request_bytes: int = 4 << 20
+    max_messages_per_request: int = 10_000
+    heartbeat_interval: float = 1.0
+    lease_timeout: float = 5.0
+    failover: bool = True
+    tick_interval: float = 1.0  # a channel idle this long gets a time tick
+    txn_keepalive: float = 30.0  # default keepalive of transactions
+    max_workers: int = 256
+    take: list[str] = field(default_factory=list)  # channels to take at start
+
+
+# -- messages on the journal ---------------------------------------------------------------
+
+
+def encode_message(msg: pb.Message, uuid_text: str) -> bytes:
+    """The JSON line stored for `msg`: the payload as text when it is UTF-8, else base64
+    under `payload_b64` (so every message is valid JSON and decodes back to its bytes)."""
+    doc: dict[str, Any] = {"uuid": uuid_text, "vchannel": msg.vchannel}
+    try:
+        doc["payload"] = msg.payload.decode("utf-8")
+    except UnicodeDecodeError:
+        doc["payload_b64"] = base64.b64encode(msg.payload).decode("ascii")
+    if msg.properties:
+        doc["properties"] = dict(msg.properties)
+    return orjson.dumps(doc) + b"\n"
+
+
+def decode_message(doc: dict[str, Any]) -> pb.Message:
+    """The Message of a stored JSON document (any JSON object: foreign fields are ignored,
+    a non-string payload is given as its JSON text)."""
+    payload = doc.get("payload")
+    if isinstance(payload, str):
+        body = payload.encode("utf-8")
+    elif "payload_b64" in doc:
+        body = base64.b64decode(doc["payload_b64"])
+    elif payload is None:
+        body = b""
+    else:
+        body = orjson.dumps(payload)
+    props = doc.get("properties")
+    return pb.Message(
+        payload=body,
+        vchannel=str(doc.get("vchannel") or ""),
+        uuid=str(doc.get("uuid") or ""),
+        properties={str(k): str(v) for k, v in props.items()} if isinstance(props, dict) else {},
+    )
+
+
+def _to(journal: str) -> Callable[[Any], tuple[str, str]]:
+    """A mapping of every message to `journal`."""
+    return lambda _msg: (journal, CONTENT_TYPE)
+
+
+def _err(code: Code, cause: str) -> pb.StreamingError:
+    return pb.StreamingError(code=cast(Any, int(code)), cause=cause)
+
+
+# -- channel ownership ----------------------------------------------------------------------
+
+
+class _Channel:
+    """A channel this node owns at `term`. `confirm()` is the fencing check: it returns only
+    after a term LIST that *started after the call*, so whatever the caller made durable
+    before calling is covered; concurrent callers share one LIST."""
+
+    def __init__(self, client: JournalClient, record: meta.TermRecord) -> None:
+        self.client = client
+        self.name = record.channel
+        self.term = record.term
+        self.record = record
+        self.fenced: str | None = None
+        self.last_append = time.monotonic()
+        self._cv = threading.Condition()
+        self._started = 0  # checks started
+        self._done = 0  # the newest check finished (its start number)
+        self._running = False
+
+    def fence(self, why: str) -> None:
+        if self.fenced is None:
+            self.fenced = why
+            log.warning("channel %r fenced at term %d: %s", self.name, self.term, why)
+
+    def confirm(self) -> bool:
+        """True if no higher term existed at some point after this call began."""
+        with self._cv:
+            need = self._started + 1
+            while True:
+                if self.fenced is not None:
+                    return False
+                if self._done >= need:
+                    return True
+                if not self._running:
+                    self._running = True
+                    self._started += 1
+                    mine = self._started
+                    break
+                self._cv.wait()
+        try:
+            newer = meta.newer_terms(self.client, self.name, self.term)
+            if newer:
+                self.fence(f"term {newer[-1]} was taken by another node")
+        finally:
+            with self._cv:
+                self._running = False
+                self._done = mine
+                self._cv.notify_all()
+        return self.fenced is None
+
+
+# -- produce streams ------------------------------------------------------------------------
+
+
+@dataclass
+class _Txn:
+    """An open transaction of a Produce stream."""
+
+    txn_id: int
+    vchannel: str
+    keepalive: float
+    producer: bytes | None = None  # the producer of its messages (client's or ours)
+    stamped_by_client: bool | None = None
+    first_clock: int = 0
+    last_clock: int = 0
+    clock: Clock = field(default_factory=Clock)
+    state: str = "open"  # open, committed, rolled back, expired
+    timer: threading.Timer | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class _Pending:
+    """A request waiting for durability (appends) and the fencing check, or an answer ready."""
+
+    request_id: int
+    appends: list[Any] = field(default_factory=list)  # AsyncAppend
+    sizes: list[list[int]] = field(default_factory=list)  # per append, each message's length
+    answer: pb.ProduceResponse | None = None
+    txn_id: int = 0
+    time_tick: int = 0
+    on_durable: Callable[[], None] | None = None
+
+
+class _ProducerStream:
+    """One Produce stream: requests are validated and appended in arrival order by `pump`
+    (so a producer's messages land in the journal in its order), answered in the same order
+    by `complete` once durable and confirmed."""
+
+    _ids = iter(range(1, 1 << 62))
+    _ids_lock = threading.Lock()
+
+    def __init__(self, node: StreamingNode, channel: _Channel) -> None:
+        self.node = node
+        self.channel = channel
+        with self._ids_lock:
+            self.producer_id = next(self._ids)
+        self.own_producer = new_producer_id()  # stamps messages sent without a UUID
+        self.clock = Clock()
+        self.last_request = 0
+        self.client_producer: bytes | None = None
+        self.client_clock = 0
+        self.txns: dict[int, _Txn] = {}
+        self.next_txn = 1
+        self.pending: queue.Queue[_Pending | None] = queue.Queue()
+        self.out: queue.Queue[pb.ProduceResponse | None] = queue.Queue()
+
+    # The pump: reads requests in order -------------------------------------------------
+
+    def pump(self, requests: Iterator[pb.ProduceRequest]) -> None:
+        try:
+            for req in requests:
+                kind = req.WhichOneof("request")
+                if kind == "close":
+                    break
+                self.pending.put(self._handle(kind, req))
+        except grpc.RpcError:
+            pass  # the client went away
+        except Exception:
+            log.exception("produce stream of %r failed", self.channel.name)
+        finally:
+            for txn in list(self.txns.values()):
+                self._rollback(txn, "rolled back")
+            self.pending.put(None)
+
+    def _handle(self, kind: str | None, req: pb.ProduceRequest) -> _Pending:
+        body: Any = getattr(req, kind) if kind else None
+        request_id = int(getattr(body, "request_id", 0))
+        if kind not in ("produce", "begin_txn", "commit_txn", "rollback_txn"):
+            return self._answer(request_id, Code.INVALID_ARGUMENT, f"unexpected {kind} request")
+        if request_id <= self.last_request:
+            return self._answer(
+                request_id,
+                Code.INVALID_REQUEST_SEQ,
+                f"request id {request_id} is not above the previous one ({self.last_request})",
+            )
+        self.last_request = request_id
+        if self.channel.fenced is not None:
+            return self._answer(request_id, Code.CHANNEL_FENCED, self.channel.fenced)
+        if self.node.closing:
+            return self._answer(request_id, Code.ON_SHUTDOWN, "the node is shutting down")
+        try:
+            if kind == "produce":
+                return self._produce(request_id, body)
+            if kind == "begin_txn":
+                return self._begin(request_id, body)
+            if kind == "commit_txn":
+                return self._commit(request_id, body)
+            return self._rollback_request(request_id, body)
+        except StreamingError as exc:
+            return self._answer(request_id, exc.code, exc.cause)
+        except Exception as exc:  # noqa: BLE001 - the store failed: answer, keep serving
+            log.warning("produce to %r failed: %s", self.channel.name, exc)
+            return self._answer(request_id, Code.INNER, f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
+    def _answer(request_id: int, code: Code, cause: str) -> _Pending:
+        answer = pb.ProduceResponse(
+            produce=pb.ProduceMessageResponse(request_id=request_id, error=_err(code, cause))
+        )
+        return _Pending(request_id, answer=answer)
+
+    def _check_messages(self, messages: Any) -> None:
+        cfg = self.node.config
+        if not messages:
+            raise StreamingError(Code.INVALID_ARGUMENT, "a produce request needs messages")
+        if len(messages) > cfg.max_messages_per_request:
+            raise StreamingError(
+                Code.INVALID_ARGUMENT,
+                f"{len(messages)} messages in one request; the node's limit is "
+                f"{cfg.max_messages_per_request}",
+            )
+        for i, msg in enumerate(messages):
+            size = len(msg.payload) + sum(len(k) + len(v) for k, v in msg.properties.items())
+            if size > cfg.max_message_bytes:
+                raise StreamingError(
+                    Code.INVALID_ARGUMENT,
+                    f"message {i} is {size} bytes (payload and properties); the node's limit "
+                    f"is {cfg.max_message_bytes} bytes: nothing of this request was appended",
+                )
+
+    def _client_uuid(self, text: str, flags: int, producer: bytes | None, last: int) -> tuple[
+        bytes, int
+    ]:
+        """Parse a producer-stamped UUID: its flags must be `flags`, its producer `producer`
+        (when known) and its clock above `last` (a producer's clocks only grow)."""
+        try:
+            got_producer, clock, got_flags = parse_uuid_fields(text)
+            uuid.UUID(text)
+        except ValueError:
+            raise StreamingError(Code.INVALID_ARGUMENT, f"not a message UUID: {text!r}") from None
+        if got_producer == _NIL_PRODUCER or clock == 0:
+            raise StreamingError(Code.INVALID_ARGUMENT, f"UUID {text} has no producer or clock")
+        if int(got_flags) != flags:
+            raise StreamingError(
+                Code.INVALID_ARGUMENT, f"UUID {text} has flags {int(got_flags)}, expected {flags}"
+            )
+        if producer is not None and got_producer != producer:
+            raise StreamingError(
+                Code.INVALID_ARGUMENT, f"UUID {text} is of another producer than this stream's"
+            )
+        if clock <= last:
+            raise StreamingError(
+                Code.INVALID_ARGUMENT,
+                f"UUID {text}: its clock does not grow past the producer's previous one",
+            )
+        return got_producer, clock
+
+    def _produce(self, request_id: int, body: pb.ProduceMessageRequest) -> _Pending:
+        self._check_messages(body.messages)
+        if body.txn_id:
+            return self._produce_txn(request_id, body)
+        lines: list[bytes] = []
+        stamped = [bool(m.uuid) for m in body.messages]
+        if any(stamped) and not all(stamped):
+            raise StreamingError(
+                Code.INVALID_ARGUMENT, "either every message of a request has a UUID or none"
+            )
+        clocks: list[int] = []
+        if all(stamped):
+            producer, last = self.client_producer, self.client_clock
+            for msg in body.messages:
+                producer, last = self._client_uuid(msg.uuid, OUTSIDE_TXN, producer, last)
+                clocks.append(last)
+                lines.append(encode_message(msg, msg.uuid))
+            self.client_producer, self.client_clock = producer, last
+            return self._append(request_id, lines, clocks[-1])
+        return self._append(request_id, body.messages, 0, stamp=OUTSIDE_TXN)
+
+    def _append(
+        self,
+        request_id: int,
+        lines: Any,
+        time_tick: int,
+        *,
+        stamp: int | None = None,
+        producer: bytes | None = None,
+        clock: Clock | None = None,
+        txn_id: int = 0,
+    ) -> _Pending:
+        """Append `lines` (or, with `stamp`, messages stamped with our producer under the
+        journal's append order) as one append; the pending answer waits for it."""
+        aa: AsyncAppend = self.node.client.start_append(self.channel.name)
+        sizes = []
+        try:
+            if stamp is None:
+                data = b"".join(lines)
+                sizes = [len(line) for line in lines]
+            else:
+                clock = clock or self.clock
+                clock.update()
+                parts = []
+                for msg in lines:
+                    time_tick = clock.tick()
+                    text = str(build_uuid(producer or self.own_producer, time_tick, stamp))
+                    parts.append(encode_message(msg, text))
+                data = b"".join(parts)
+                sizes = [len(p) for p in parts]
+            aa.write(data)
+        except BaseException:
+            aa.abort()
+            raise
+        aa.release()
+        self.channel.last_append = time.monotonic()
+        return _Pending(request_id, [aa], [sizes], txn_id=txn_id, time_tick=time_tick)
+
+    # Transactions --------------------------------------------------------------------------
+
+    def _begin(self, request_id: int, body: pb.BeginTxnRequest) -> _Pending:
+        default_keepalive = self.node.config.txn_keepalive
+        keepalive = body.keepalive_ms / 1000 if body.keepalive_ms else default_keepalive
+        txn = _Txn(self.next_txn, body.vchannel, keepalive)
+        self.next_txn += 1
+        self.txns[txn.txn_id] = txn
+        self._arm(txn)
+        answer = pb.ProduceResponse(
+            produce=pb.ProduceMessageResponse(
+                request_id=request_id, result=pb.ProduceMessageResult(txn_id=txn.txn_id)
+            )
+        )
+        return _Pending(request_id, answer=answer)
+
+    def _arm(self, txn: _Txn) -> None:
+        if txn.timer is not None:
+            txn.timer.cancel()
+        txn.timer = threading.Timer(txn.keepalive, self._expire, args=(txn,))
+        txn.timer.daemon = True
+        txn.timer.start()
+
+    def _expire(self, txn: _Txn) -> None:
+        self._rollback(txn, "expired")
+
+    def _open_txn(self, txn_id: int) -> _Txn:
+        txn = self.txns.get(txn_id)
+        if txn is None:
+            raise StreamingError(Code.INVALID_ARGUMENT, f"no transaction {txn_id} on this stream")
+        if txn.state == "expired":
+            raise StreamingError(
+                Code.TRANSACTION_EXPIRED,
+                f"transaction {txn_id} sent nothing for its keepalive of {txn.keepalive:g} s "
+                "and was rolled back",
+            )
+        if txn.state != "open":
+            raise StreamingError(Code.IGNORED_OPERATION, f"transaction {txn_id} is {txn.state}")
+        return txn
+
+    def _produce_txn(self, request_id: int, body: pb.ProduceMessageRequest) -> _Pending:
+        txn = self._open_txn(body.txn_id)
+        with txn.lock:
+            txn = self._open_txn(body.txn_id)  # not expired meanwhile
+            for msg in body.messages:
+                if msg.vchannel and msg.vchannel != txn.vchannel:
+                    raise StreamingError(
+                        Code.INVALID_ARGUMENT,
+                        f"transaction {txn.txn_id} writes vchannel {txn.vchannel!r}, "
+                        f"not {msg.vchannel!r}",
+                    )
+            by_client = bool(body.messages[0].uuid)
+            if any(bool(m.uuid) != by_client for m in body.messages) or (
+                txn.stamped_by_client is not None and txn.stamped_by_client != by_client
+            ):
+                raise StreamingError(
+                    Code.INVALID_ARGUMENT,
+                    "either every message of a transaction has a UUID or none",
+                )
+            txn.stamped_by_client = by_client
+            if txn.producer is None and not by_client:
+                txn.producer = new_producer_id()
+            msgs = [pb.Message(payload=m.payload, properties=m.properties,
+                               vchannel=txn.vchannel, uuid=m.uuid) for m in body.messages]
+            if by_client:
+                lines, producer, last = [], txn.producer, txn.last_clock
+                for msg in msgs:
+                    producer, last = self._client_uuid(msg.uuid, CONTINUE_TXN, producer, last)
+                    txn.first_clock = txn.first_clock or last
+                    lines.append(encode_message(msg, msg.uuid))
+                txn.producer, txn.last_clock = producer, last
+                pending = self._append(request_id, lines, last, txn_id=txn.txn_id)
+            else:
+                pending = self._append(
+                    request_id, msgs, 0, stamp=CONTINUE_TXN, producer=txn.producer,
+                    clock=txn.clock, txn_id=txn.txn_id,
+                )
+                txn.first_clock = txn.first_clock or pending.time_tick - len(msgs) + 1
+                txn.last_clock = pending.time_tick
+            self._arm(txn)
+            return pending
+
+    def _commit(self, request_id: int, body: pb.CommitTxnRequest) -> _Pending:
+        txn = self._open_txn(body.txn_id)
+        with txn.lock:
+            txn = self._open_txn(body.txn_id)
+            if txn.timer is not None:
+                txn.timer.cancel()
+            if txn.producer is None:  # nothing written: nothing to commit
+                txn.state = "committed"
+                return self._result(request_id, txn.txn_id)
+            if body.ack_uuid:
+                _, ack_clock = self._client_uuid(body.ack_uuid, ACK_TXN, txn.producer,
+                                                 txn.last_clock - 1)
+                ack_text = body.ack_uuid
+            else:
+                txn.clock.update()
+                ack_clock = max(txn.clock.tick(), txn.last_clock)
+                ack_text = str(build_uuid(txn.producer, ack_clock, ACK_TXN))
+            # Fencing: the ACK commits the transaction, so it is appended only by the owner.
+            if not self.channel.confirm():
+                self._rollback_locked(txn, "rolled back")
+                raise StreamingError(Code.CHANNEL_FENCED, self.channel.fenced or "fenced")
+            pending = self._append(request_id, [orjson.dumps({"uuid": ack_text}) + b"\n"],
+                                   ack_clock, txn_id=txn.txn_id)
+            pending.sizes = [[]]  # the ACK is not a message of the answer
+            txn.state = "committed"
+            return pending
+
+    def _result(self, request_id: int, txn_id: int) -> _Pending:
+        answer = pb.ProduceResponse(
+            produce=pb.ProduceMessageResponse(
+                request_id=request_id, result=pb.ProduceMessageResult(txn_id=txn_id)
+            )
+        )
+        return _Pending(request_id, answer=answer)
+
+    def _rollback_request(self, request_id: int, body: pb.RollbackTxnRequest) -> _Pending:
+        txn = self._open_txn(body.txn_id)
+        self._rollback(txn, "rolled back")
+        return self._result(request_id, txn.txn_id)
+
+    def _rollback(self, txn: _Txn, state: str) -> None:
+        with txn.lock:
+            if txn.state == "open":
+                self._rollback_locked(txn, state)
+
+    def _rollback_locked(self, txn: _Txn, state: str) -> None:
+        """Append an ACK re-asserting the clock just below the transaction's first message:
+        readers discard its messages (Gazette's rollback)."""
+        if txn.timer is not None:
+            txn.timer.cancel()
+        txn.state = state
+        if txn.producer is None or self.channel.fenced is not None:
+            return
+        ack = str(build_uuid(txn.producer, txn.first_clock - 1, ACK_TXN))
+        try:
+            self.node.client.append(self.channel.name, orjson.dumps({"uuid": ack}) + b"\n")
+        except Exception as exc:  # noqa: BLE001 - never acknowledged: readers drop it anyway
+            log.warning("rollback of a transaction on %r failed: %s", self.channel.name, exc)
+
+    # Completion: answers in order ------------------------------------------------------
+
+    def complete(self) -> None:
+        try:
+            while True:
+                item = self.pending.get()
+                if item is None:
+                    break
+                batch = [item]
+                while True:  # more requests already durable share the fencing check
+                    try:
+                        nxt = self.pending.get_nowait()
+                    except queue.Empty:
+                        break
+                    batch.append(cast(_Pending, nxt))
+                    if nxt is None or not all(a.done() for a in nxt.appends):
+                        break
+                end = batch[-1] is None
+                if end:
+                    batch.pop()
+                self._answer_batch(batch)
+                if end:
+                    break
+        finally:
+            self.out.put(None)
+
+    def _answer_batch(self, batch: list[_Pending]) -> None:
+        results: list[tuple[_Pending, list[Any] | Exception]] = []
+        for item in batch:
+            if item.answer is not None:
+                results.append((item, []))
+                continue
+            try:
+                results.append((item, [a.result() for a in item.appends]))
+            except Exception as exc:  # noqa: BLE001 - answered as INNER
+                results.append((item, exc))
+        needs_check = any(item.answer is None for item in batch)
+        owner = self.channel.confirm() if needs_check else True
+        for item, got in results:
+            if item.answer is not None:
+                self.out.put(item.answer)
+                continue
+            if isinstance(got, Exception):
+                error = _err(Code.INNER, f"the append failed, its outcome unknown: {got}")
+            elif not owner:
+                error = _err(
+                    Code.CHANNEL_FENCED,
+                    f"{self.channel.fenced}; this request is not acknowledged (it may be in "
+                    "the journal: resend it with the same UUIDs to the new owner)",
+                )
+            else:
+                error = None
+            if error is not None:
+                resp = pb.ProduceMessageResponse(request_id=item.request_id, error=error)
+            else:
+                ids = []
+                for res, sizes in zip(got, item.sizes):  # type: ignore[arg-type]
+                    begin = res.begin
+                    for size in sizes:
+                        ids.append(pb.MessageID(channel=self.channel.name, begin=begin,
+                                                end=begin + size))
+                        begin += size
+                resp = pb.ProduceMessageResponse(
+                    request_id=item.request_id,
+                    result=pb.ProduceMessageResult(ids=ids, txn_id=item.txn_id,
+                                                   time_tick=item.time_tick),
+                )
+            self.out.put(pb.ProduceResponse(produce=resp))
+
+
+# -- the service ------------------------------------------------------------------------------
+
+
+class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
+    """The servicer, plus the node's background keeper (heartbeats, time ticks, failover)."""
+
+    def __init__(self, client: JournalClient, config: NodeConfig) -> None:
+        self.client = client
+        self.config = config
+        self.token = uuid.uuid4().hex  # this process's incarnation
+        self.closing = False
+        self._lock = threading.Lock()
+        self._owned: dict[str, _Channel] = {}
+        self._tick_producer = new_producer_id()
+        self._tick_clock = Clock()
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
+        self._heartbeat: meta.Heartbeat | None = None
+        self._leases = meta.LeaseWatcher(client, config.lease_timeout)
+
+    # Ownership --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin heartbeating, take the configured channels, start the keeper thread."""
+        self._heartbeat = meta.Heartbeat(self.client, self.config.node_id, self.config.address,
+                                         self.token)
+        self._heartbeat.beat()
+        for name in self.config.take:
+            self.take(name)
+        self._keeper = threading.Thread(target=self._keep, name="oncelog-streaming-keeper",
+                                        daemon=True)
+        self._keeper.start()
+
+    def take(self, name: str) -> _Channel:
+        """Take `name` at the term after the newest (fencing its previous owner)."""
+        if not self.client.exists(name):
+            raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist")
+        for _ in range(5):
+            latest = meta.latest_term(self.client, name)
+            record = meta.TermRecord(
+                name, (latest.term if latest else 0) + 1, self.config.node_id,
+                self.config.address, self.config.description, self.token,
+            )
+            if meta.take_term(self.client, record):
+                channel = _Channel(self.client, record)
+                with self._lock:
+                    old = self._owned.get(name)
+                    if old is not None:
+                        old.fence(f"re-taken at term {record.term}")
+                    self._owned[name] = channel
+                log.info("took channel %r at term %d", name, record.term)
+                return channel
+        raise StreamingError(Code.CHANNEL_FENCED, f"could not take channel {name!r}: other "
+                             "nodes kept taking it")
+
+    def _owned_channel(self, name: str, term: int) -> _Channel:
+        with self._lock:
+            channel = self._owned.get(name)
+        if channel is None:
+            latest = meta.latest_term(self.client, name) if self.client.exists(name) else None
+            if latest is None and not self.client.exists(name):
+                raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist")
+            owner = f"; its owner is {latest.node_id} at {latest.address} (term {latest.term})" \
+                if latest else ""
+            raise StreamingError(
+                Code.CHANNEL_NOT_EXIST, f"channel {name!r} is not assigned to this node{owner}"
+            )
+        if channel.fenced is not None:
+            raise StreamingError(Code.CHANNEL_FENCED, channel.fenced)
+        if term and term != channel.term:
+            raise StreamingError(
+                Code.UNMATCHED_CHANNEL_TERM,
+                f"channel {name!r} is at term {channel.term} on this node, not {term}",
+            )
+        return channel
+
+    def describe(self, name: str) -> pb.ChannelDescription:
+        try:
+            spec = self.client.get(name)
+        except Exception:  # noqa: BLE001 - no such journal, or a name that cannot be one
+            raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist") \
+                from None
+        latest = meta.latest_term(self.client, name)
+        desc = pb.ChannelDescription(
+            channel=pb.ChannelInfo(name=name, term=latest.term if latest else 0),
+            description=spec.owner.description if spec.owner else "",
+            head=self.client.head(name),
+            labels={k: v for k, v in spec.labels.to_dict().items()
+                    if isinstance(v, str)} if hasattr(spec.labels, "to_dict") else {},
+        )
+        if latest is not None:
+            desc.owner.CopyFrom(pb.ChannelOwner(node_id=latest.node_id, address=latest.address,
+                                                description=latest.description))
+        return desc
+
+    # The keeper: heartbeats, time ticks, failover -----------------------------------------
+
+    def _keep(self) -> None:
+        cfg = self.config
+        next_scan = time.monotonic() + cfg.heartbeat_interval * random.uniform(0.5, 1.0)
+        while not self._stop.wait(min(cfg.heartbeat_interval, cfg.tick_interval) / 2):
+            now = time.monotonic()
+            try:
+                if now >= next_scan:
+                    next_scan = now + cfg.heartbeat_interval
+                    assert self._heartbeat is not None
+                    if not self._heartbeat.beat():
+                        log.warning("another process beats as node %r", cfg.node_id)
+                    if cfg.failover:
+                        self._failover_scan()
+                self._ticks()
+            except Exception as exc:  # noqa: BLE001 - the store may be down: try again later
+                log.warning("streaming keeper: %s", exc)
+
+    def _ticks(self) -> None:
+        """Append a time tick (an ACK of our tick producer) to owned channels idle for
+        tick_interval, so time-ordered readers move on."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [c for c in self._owned.values()
+                    if c.fenced is None and now - c.last_append >= self.config.tick_interval]
+        for channel in idle:
+            self._tick_clock.update()
+            text = str(build_uuid(self._tick_producer, self._tick_clock.tick(), ACK_TXN))
+            channel.last_append = now
+            self.client.append(channel.name, orjson.dumps({"uuid": text}) + b"\n")
+            channel.confirm()  # notice a lost channel even when nobody produces
+
+    def _failover_scan(self) -> None:
+        """Take the channels whose owner's lease expired (or that a previous incarnation of
+        this node id owned). Every live node races; the term's put-if-absent picks one."""
+        specs = self.client.list()
+        for spec in specs:
+            if spec.owner is None or spec.owner.role != meta.CHANNEL_ROLE:
+                continue
+            with self._lock:
+                mine = self._owned.get(spec.name)
+            if mine is not None and mine.fenced is None:
+                continue
+            latest = meta.latest_term(self.client, spec.name)
+            if latest is None:
+                continue
+            if latest.node_id == self.config.node_id:
+                if latest.token == self.token:
+                    continue
+            elif not self._leases.expired(latest.node_id):
+                continue
+            try:
+                self.take(spec.name)
+            except StreamingError as exc:
+                log.info("failover of %r: %s", spec.name, exc)
+
+    def close(self) -> None:
+        self.closing = True
+        self._stop.set()
+        if self._keeper is not None:
+            self._keeper.join(timeout=5)
+
+    # RPCs ------------------------------------------------------------------------------
+
+    def CreateChannel(self, request: pb.CreateChannelRequest, context: Any) -> Any:
+        from oncelog.journal import JournalExists, JournalOwner, JournalSpec
+
+        try:
+            spec = JournalSpec(
+                request.name,
+                labels=dict(request.labels),
+                owner=JournalOwner(meta.CHANNEL_ROLE, self.config.address, request.description),
+            )
+        except Exception as exc:  # noqa: BLE001 - a bad name or label
+            return pb.CreateChannelResponse(error=_err(Code.INVALID_ARGUMENT, str(exc)))
+        try:
+            self.client.create(spec)
+        except JournalExists:
+            return pb.CreateChannelResponse(
+                error=_err(Code.CHANNEL_EXIST, f"channel {request.name!r} already exists")
+            )
+        return self._assigned(request.name, pb.CreateChannelResponse)
+
+    def _assigned(self, name: str, response: Any) -> Any:
+        try:
+            self.take(name)
+            return response(channel=self.describe(name))
+        except StreamingError as exc:
+            return response(error=_err(exc.code, exc.cause))
+        except Exception as exc:  # noqa: BLE001 - the store failed
+            return response(error=_err(Code.INNER, str(exc)))
+
+    def DescribeChannel(self, request: pb.DescribeChannelRequest, context: Any) -> Any:
+        try:
+            return pb.DescribeChannelResponse(channel=self.describe(request.name))
+        except StreamingError as exc:
+            return pb.DescribeChannelResponse(error=_err(exc.code, exc.cause))
+        except Exception as exc:  # noqa: BLE001 - bad name or store failure
+            return pb.DescribeChannelResponse(error=_err(Code.INVALID_ARGUMENT, str(exc)))
+
+    def DestroyChannel(self, request: pb.DestroyChannelRequest, context: Any) -> Any:
+        from oncelog.journal import JournalNotFound
+
+        name = request.name
+        try:
+            with self._lock:
+                channel = self._owned.pop(name, None)
+            if channel is not None:
+                channel.fence("the channel was destroyed")
+            self.client.delete(name)
+            meta.delete_terms(self.client, name)
+        except JournalNotFound:
+            return pb.DestroyChannelResponse(
+                error=_err(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist")
+            )
+        except Exception as exc:  # noqa: BLE001
+            return pb.DestroyChannelResponse(error=_err(Code.INNER, str(exc)))
+        return pb.DestroyChannelResponse()
+
+    def AssignChannel(self, request: pb.AssignChannelRequest, context: Any) -> Any:
+        return self._assigned(request.name, pb.AssignChannelResponse)
+
+    def ListChannels(self, request: pb.ListChannelsRequest, context: Any) -> Any:
+        with self._lock:
+            owned = [c for c in self._owned.values() if c.fenced is None]
+        return pb.ListChannelsResponse(
+            channels=[
+                pb.ChannelDescription(
+                    channel=pb.ChannelInfo(name=c.name, term=c.term),
+                    owner=pb.ChannelOwner(node_id=self.config.node_id,
+                                          address=self.config.address,
+                                          description=self.config.description),
+                )
+                for c in owned
+            ]
+        )
+
+    def Produce(self, request_iterator: Any, context: Any) -> Iterator[pb.ProduceResponse]:
+        first = next(request_iterator, None)
+        if first is None:
+            return
+        if first.WhichOneof("request") != "create":
+            yield pb.ProduceResponse(create=pb.CreateProducerResponse(
+                error=_err(Code.INVALID_ARGUMENT, "a Produce stream begins with a create request")
+            ))
+            return
+        info = first.create.channel
+        try:
+            if self.closing:
+                raise StreamingError(Code.ON_SHUTDOWN, "the node is shutting down")
+            channel = self._owned_channel(info.name, info.term)
+            if not channel.confirm():  # one LIST per stream: a fenced node appends nothing
+                raise StreamingError(Code.CHANNEL_FENCED, channel.fenced or "fenced")
+        except StreamingError as exc:
+            yield pb.ProduceResponse(create=pb.CreateProducerResponse(
+                error=_err(exc.code, exc.cause)))
+            return
+        except Exception as exc:  # noqa: BLE001 - bad name, store failure
+            yield pb.ProduceResponse(create=pb.CreateProducerResponse(
+                error=_err(Code.INVALID_ARGUMENT, str(exc))))
+            return
+        stream = _ProducerStream(self, channel)
+        yield pb.ProduceResponse(create=pb.CreateProducerResponse(
+            producer_id=stream.producer_id,
+            channel=pb.ChannelInfo(name=channel.name, term=channel.term),
+        ))
+        pump = threading.Thread(target=stream.pump, args=(request_iterator,), daemon=True,
+                                name="oncelog-produce-pump")
+        done = threading.Thread(target=stream.complete, daemon=True,
+                                name="oncelog-produce-complete")
+        pump.start()
+        done.start()
+        while True:
+            item = stream.out.get()
+            if item is None:
+                break
+            yield item
+        yield pb.ProduceResponse(close=pb.CloseProducerResponse())
+
+    def Consume(self, request: pb.ConsumeRequest, context: Any) -> Iterator[pb.ConsumeResponse]:
+        from oncelog.message import Flags
+        from oncelog.reading import read_committed
+
+        name = request.channel.name
+        try:
+            start, keep = self._consume_plan(request)
+        except StreamingError as exc:
+            yield pb.ConsumeResponse(error=_err(exc.code, exc.cause))
+            return
+        yield pb.ConsumeResponse(create=pb.CreateConsumerResponse(start_offset=start))
+        readers: list[Any] = []
+        stopped = threading.Event()
+
+        def stop() -> None:
+            stopped.set()
+            for r in readers:
+                r.close()
+
+        def opened(reader: Any) -> None:
+            readers.append(reader)
+            if stopped.is_set():
+                reader.close()
+
+        context.add_callback(stop)
+        ticks = request.time_ticks
+        last_tick = 0
+        it = read_committed(self.client, name, start, block=True, include_acks=True,
+                            on_open=opened, on_error="skip")
+        try:
+            for env in it:
+                if stopped.is_set():
+                    return
+                _, clock, flags = env.ids
+                if flags == Flags.ACK_TXN:
+                    if ticks and clock > last_tick:
+                        last_tick = clock
+                        yield pb.ConsumeResponse(time_tick=pb.TimeTickResponse(
+                            time_tick=clock, offset=env.end))
+                    continue
+                doc = getattr(env.message, "doc", None)
+                if not isinstance(doc, dict) or not keep(clock, doc):
+                    continue
+                yield pb.ConsumeResponse(consume=pb.ConsumeMessageResponse(
+                    id=pb.MessageID(channel=name, begin=env.begin, end=env.end),
+                    message=decode_message(doc),
+                    time_tick=clock,
+                ))
+        except Exception as exc:  # noqa: BLE001 - e.g. the journal was deleted
+            if not stopped.is_set():
+                yield pb.ConsumeResponse(error=_err(Code.INNER, f"{type(exc).__name__}: {exc}"))
+        finally:
+            it.close()
+
+    def _consume_plan(
+        self, request: pb.ConsumeRequest
+    ) -> tuple[int, Callable[[int, dict[str, Any]], bool]]:
+        name = request.channel.name
+        try:
+            exists = self.client.exists(name)
+        except Exception as exc:  # noqa: BLE001 - a bad name
+            raise StreamingError(Code.INVALID_ARGUMENT, str(exc)) from None
+        if not exists:
+            raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist")
+        policy = request.deliver_policy
+        kind = policy.WhichOneof("policy") or "all"
+        if kind == "all":
+            start = 0
+        elif kind == "latest":
+            start = self.client.head(name)
+        else:
+            mid = getattr(policy, kind)
+            if mid.channel and mid.channel != name:
+                raise StreamingError(Code.INVALID_ARGUMENT,
+                                     f"message id of channel {mid.channel!r}, not {name!r}")
+            start = mid.begin if kind == "start_from" else mid.end
+            if start < 0 or mid.end < mid.begin:
+                raise StreamingError(Code.INVALID_ARGUMENT, f"bad message id {mid}")
+        low_gt: int | None = None
+        low_gte: int | None = None
+        vchannels: set[str] = set()
+        for f in request.deliver_filters:
+            which = f.WhichOneof("filter")
+            if which == "time_tick_gt":
+                low_gt = max(low_gt or 0, f.time_tick_gt.time_tick)
+            elif which == "time_tick_gte":
+                low_gte = max(low_gte or 0, f.time_tick_gte.time_tick)
+            elif which == "vchannel":
+                vchannels.add(f.vchannel.vchannel)
+            else:
+                raise StreamingError(Code.INVALID_ARGUMENT, "an empty deliver filter")
+
+        def keep(clock: int, doc: dict[str, Any]) -> bool:
+            if low_gt is not None and not clock > low_gt:
+                return False
+            if low_gte is not None and not clock >= low_gte:
+                return False
+            return not vchannels or doc.get("vchannel") in vchannels
+
+        return start, keep
+
+    def Broadcast(self, request: pb.BroadcastRequest, context: Any) -> Any:
+        from oncelog.message import JSONMessage
+        from oncelog.publisher import Publisher
+
+        try:
+            names = list(dict.fromkeys(request.channels))
+            if not names:
+                raise StreamingError(Code.INVALID_ARGUMENT, "a broadcast needs channels")
+            size = len(request.message.payload)
+            if size > self.config.max_message_bytes:
+                raise StreamingError(Code.INVALID_ARGUMENT, f"message of {size} bytes exceeds "
+                                     f"the limit of {self.config.max_message_bytes}")
+            channels = [self._owned_channel(n, 0) for n in names]
+            if not all(c.confirm() for c in channels):
+                raise StreamingError(Code.CHANNEL_FENCED, "a channel was taken by another node")
+            pub = Publisher(self.client)
+            appends = []
+            with pub.transaction():
+                for c in channels:
+                    doc = orjson.loads(encode_message(request.message, ""))
+                    appends.append(pub.publish_uncommitted(_to(c.name), JSONMessage(doc)))
+            results = [a.result() for a in appends]
+            for c in channels:
+                c.last_append = time.monotonic()
+            return pb.BroadcastResponse(ids=[
+                pb.MessageID(channel=c.name, begin=r.begin, end=r.end)
+                for c, r in zip(channels, results)
+            ])
+        except StreamingError as exc:
+            return pb.BroadcastResponse(error=_err(exc.code, exc.cause))
+        except Exception as exc:  # noqa: BLE001
+            return pb.BroadcastResponse(error=_err(Code.INNER, f"{type(exc).__name__}: {exc}"))
+
+
+# -- authentication and the server ----------------------------------------------------------
+
+
+class _TokenCheck(grpc.ServerInterceptor):
+    """Rejects every call without `authorization: Bearer <token>` with UNAUTHENTICATED,
+    before any handler runs (so no data is read or written)."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        got = ""
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization":
+                got = value if isinstance(value, str) else value.decode()
+        if hmac.compare_digest(got.encode(), self._expected):
+            return continuation(details)
+        handler = continuation(details)
+        if handler is None:
+            return None
+
+        def deny(request: Any, context: Any) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny)
+        if handler.request_streaming:
+            return grpc.stream_unary_rpc_method_handler(deny)
+        if handler.response_streaming:
+            return grpc.unary_stream_rpc_method_handler(deny)
+        return grpc.unary_unary_rpc_method_handler(deny)
+
+
+def serve(
+    client: JournalClient,
+    listen: str,
+    config: NodeConfig,
+    *,
+    tls_cert: bytes | None = None,
+    tls_key: bytes | None = None,
+) -> tuple[grpc.Server, StreamingNode, str]:
+    """Start a node serving `client`'s store on `listen` (`host:port`, port 0: any free one).
+    Returns the server, the node and the address actually bound."""
+    interceptors = [_TokenCheck(config.token)] if config.token else []
+    server = grpc.server(
+        ThreadPoolExecutor(config.max_workers, thread_name_prefix="oncelog-grpc"),
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", config.max_request_bytes),
+            ("grpc.max_send_message_length", max(config.max_request_bytes, 64 << 20)),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=config.max_workers,
+    )
+    if tls_cert is not None and tls_key is not None:
+        creds = grpc.ssl_server_credentials([(tls_key, tls_cert)])
+        port = server.add_secure_port(listen, creds)
+    else:
+        port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"could not bind {listen}")
+    host = listen.rsplit(":", 1)[0]
+    bound = f"{host}:{port}"
+    if not config.address:
+        config.address = bound
+    if not config.node_id:
+        config.node_id = meta.default_node_id(port)
+    node = StreamingNode(client, config)
+    pb_grpc.add_StreamingNodeServiceServicer_to_server(node, server)
+    node.start()
+    server.start()
+    return server, node, bound
