@@ -5,7 +5,6 @@ every stage, SIGKILLs and zombies."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import sqlite3
@@ -35,6 +34,7 @@ from oncelog.consumer import (
 from oncelog.journal import open_journals
 from oncelog.message import Envelope
 from oncelog.reading import read_committed
+from oncelog.testing.faults import kill_after_writes
 
 HERE = Path(__file__).resolve()
 SETUP = ("CREATE TABLE IF NOT EXISTS words (word TEXT PRIMARY KEY, n INTEGER NOT NULL)",
@@ -179,22 +179,7 @@ def test_a_zombie_never_applies(memory_store, tmp_path) -> None:
 
 def child(url: str, options: str, path: str, kill_at: int) -> int:
     client = open_journals(url, **json.loads(options))
-    backend = client.store.backend
-    calls = [0]
-
-    def hook(fn: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            result = fn(*args, **kwargs)
-            calls[0] += 1
-            if calls[0] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return result
-
-        return wrapped
-
-    for method in ("create", "write", "delete", "stage"):
-        if hasattr(backend, method):
-            setattr(backend, method, hook(getattr(backend, method)))
+    kill_after_writes(client, kill_at)
     sink_consumer(client, path).run(until_idle=True)
     client.close()
     return 0

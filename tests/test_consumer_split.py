@@ -4,7 +4,6 @@ bounded transactions, exactly once across crashes at every stage, in both handle
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -40,6 +39,7 @@ from oncelog.journal import open_journals
 from oncelog.message import Envelope, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.testing import consumer_machine
+from oncelog.testing.faults import kill_after_writes
 
 
 def big_upstream(client: Any, seed: int, size: int = 60, transactions: int = 3) -> None:
@@ -199,22 +199,7 @@ HERE = Path(__file__).resolve()
 
 def child(url: str, options: str, kill_at: int, batch: bool) -> int:
     client = open_journals(url, **json.loads(options))
-    backend = client.store.backend
-    calls = [0]
-
-    def hook(fn: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            result = fn(*args, **kwargs)
-            calls[0] += 1
-            if calls[0] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return result
-
-        return wrapped
-
-    for method in ("create", "write", "delete", "stage"):
-        if hasattr(backend, method):
-            setattr(backend, method, hook(getattr(backend, method)))
+    kill_after_writes(client, kill_at)
     split_consumer(client, batch, buffer=8, keep_checkpoints=3).run(until_idle=True)
     client.close()
     return 0

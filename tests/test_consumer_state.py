@@ -8,7 +8,6 @@ This file is also the child process: `python tests/test_consumer_state.py child 
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -49,6 +48,7 @@ from oncelog.consumer.state import is_sqlite_ref, state_object_names
 from oncelog.journal import JournalClient, open_journals
 from oncelog.message import Envelope, JSONMessage
 from oncelog.publisher import Publisher
+from oncelog.testing.faults import kill_after_writes
 
 HERE = Path(__file__).resolve()
 CHILD_TIMEOUT = 120
@@ -411,25 +411,9 @@ def test_state_machine_with_kv_state_and_batch_handler() -> None:
 
 def child(url: str, options: str, kill_at: int, batch: bool) -> int:
     client = open_journals(url, **json.loads(options))
-    backend = client.store.backend
-    calls = [0]
-
-    def hook(fn: Any) -> Any:
-        # The kill_at-th storage write takes effect, then the process dies.
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            result = fn(*args, **kwargs)
-            calls[0] += 1
-            if calls[0] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return result
-
-        return wrapped
-
-    for method in ("create", "write", "delete", "stage"):
-        if hasattr(backend, method):
-            setattr(backend, method, hook(getattr(backend, method)))
+    writes = kill_after_writes(client, kill_at)
     kv_consumer(client, batch=batch).run(until_idle=True)
-    print(json.dumps({"writes": calls[0]}), flush=True)
+    print(json.dumps({"writes": writes()}), flush=True)
     client.close()
     return 0
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
 import pickle
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -25,7 +28,7 @@ from oncelog.framing import (
     for_content_type,
     register,
 )
-from oncelog.framing.base import gc_paused
+from oncelog.framing.base import gc_paused, set_gc_pausing
 from oncelog.message import JSONMessage
 
 
@@ -152,6 +155,20 @@ def gc_pausing():
 
 
 def test_gc_is_left_alone_unless_the_process_opts_in() -> None:
+    # The default, in a fresh process (this one may have run the CLI, which opts in).
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import oncelog.framing.base as b; print(b._gc_pausing)"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "ONCELOG_GC_PAUSE": ""},
+    )
+    assert fresh.stdout.strip() == "False", fresh.stderr
+    previous = set_gc_pausing(False)
+    try:
+        _check_gc_left_alone()
+    finally:
+        set_gc_pausing(previous)
+
+
+def _check_gc_left_alone() -> None:
     assert gc.isenabled()
     frozen = gc.get_freeze_count()
     with gc_paused():

@@ -330,22 +330,8 @@ from oncelog import JSONMessage, Publisher, open_journals
 url, options, tid, names, kill_at, txn = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], \
     sys.argv[4].split(","), int(sys.argv[5]), int(sys.argv[6])
 client = open_journals(url, **options)
-backend = client.store.backend
-calls = [0]
-
-def hook(fn):
-    # The kill_at-th storage write takes effect, then the process dies.
-    def wrapped(*args, **kwargs):
-        result = fn(*args, **kwargs)
-        calls[0] += 1
-        if calls[0] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-    return wrapped
-
-for method in ("create", "write", "delete", "stage"):
-    if hasattr(backend, method):
-        setattr(backend, method, hook(getattr(backend, method)))
+from oncelog.testing.faults import kill_after_writes
+writes = kill_after_writes(client, kill_at)
 pub = Publisher(client, transactional_id=tid.split("+")[0] or None)
 if tid.endswith("+broadcast"):
     specs = [client.get(name) for name in names]
@@ -355,7 +341,7 @@ else:
         for name in names:
             pub.publish_uncommitted(lambda m, n=name: (n, "application/x-ndjson"),
                                     JSONMessage({"txn": txn, "to": name}))
-print("done", calls[0], flush=True)
+print("done", writes(), flush=True)
 """
 
 

@@ -229,7 +229,9 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
     """Run the `oncelog` command line and exit with its status."""
     from oncelog.framing import set_gc_pausing
 
-    set_gc_pausing(True)  # this process is the command's own: bulk decoding may pause gc
+    # The command's process is its own: bulk decoding may pause the collector (restored
+    # on return, for callers that run main() inside another program or a test).
+    previous_gc_pausing = set_gc_pausing(True)
     state = State()
     code = 0
     try:
@@ -266,4 +268,5 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
             traceback.print_exc()
         _report(describe_error(exc))
         code = EXIT_USAGE if _is_usage_error(exc) else EXIT_ERROR
+    set_gc_pausing(previous_gc_pausing)
     sys.exit(code)

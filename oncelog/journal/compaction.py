@@ -403,6 +403,11 @@ def _plan(pieces: Sequence[_Piece], target: int) -> list[list[_Piece]]:
     return chunks
 
 
+_REPLANS = 3
+"""A compaction whose small fragments vanish under it (another compactor retired them)
+plans again from the newest record, at most this many times."""
+
+
 def compact(
     client: JournalClient,
     name: str,
@@ -413,7 +418,32 @@ def compact(
     progress: Callable[[int, int], None] | None = None,
     retire_grace: float | None = None,
 ) -> CompactionResult:
-    """Compact journal `name`; see JournalClient.compact."""
+    """Compact journal `name`; see JournalClient.compact. A racing compactor that retired
+    the fragments this one planned to read makes it plan again (bounded); a fragment still
+    missing after that is reported (MissingFragment), never skipped."""
+    for attempt in range(_REPLANS + 1):
+        try:
+            return _compact_once(
+                client, name, target_length=target_length, min_age=min_age,
+                dry_run=dry_run, progress=progress, retire_grace=retire_grace,
+            )
+        except MissingFragment:
+            if attempt == _REPLANS:
+                raise
+            _reload_index(client, name)
+    raise AssertionError("unreachable")
+
+
+def _compact_once(
+    client: JournalClient,
+    name: str,
+    *,
+    target_length: int | None,
+    min_age: float,
+    dry_run: bool,
+    progress: Callable[[int, int], None] | None,
+    retire_grace: float | None,
+) -> CompactionResult:
     from oncelog.journal.client import DEFAULT_GC_GRACE
 
     spec = client.get(name)

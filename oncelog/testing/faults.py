@@ -132,6 +132,7 @@ __all__ = [
     "S3FaultProxy",
     "crash_point",
     "kill",
+    "kill_after_writes",
     "kill_at_random",
     "pause",
     "resume",
@@ -859,6 +860,42 @@ def crash_point(name: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+WRITE_METHODS = ("create", "write", "delete", "stage")
+"""The storage calls of a journal client's backend that change the store."""
+
+
+def kill_after_writes(client: Any, n: int) -> Callable[[], int]:
+    """Make this process SIGKILL itself right after the `n`-th storage write of `client`
+    (a claim or object created, an object written, staged or deleted) took effect: a
+    crash at an exact step of any protocol, counted across threads. `n` <= 0: never.
+
+    For tests of crash recovery that sweep or draw `n` over every write a run makes.
+    Returns a function giving the number of writes made so far (a full run's count bounds
+    the sweep)."""
+    backend = client.store.backend
+    lock = threading.Lock()
+    count = [0]
+
+    def hook(call: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            result = call(*args, **kwargs)
+            with lock:
+                count[0] += 1
+                hit = count[0] == n
+            if hit:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+        return wrapped
+
+    for method in WRITE_METHODS:
+        if hasattr(backend, method):
+            setattr(backend, method, hook(getattr(backend, method)))
+    return lambda: count[0]
 
 
 class ChildTimeout(TimeoutError):
