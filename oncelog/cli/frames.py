@@ -102,9 +102,11 @@ def framed_envelopes(
     reader = client.read(journal, offset, block=block)
     window = bytearray()  # journal bytes from `window_base` that may hold frames to come
     window_base = reader.offset
+    consumed = reader.offset  # the end of the last frame handed out
     start = reader.offset
 
     def chunks() -> Iterator[bytes]:
+        nonlocal window_base
         while True:
             size = CHUNK if end is None else min(CHUNK, end - reader.offset)
             if size <= 0:
@@ -112,6 +114,10 @@ def framed_envelopes(
             chunk = reader.read(size)
             if not chunk:
                 return
+            # Drop the frames handed out, once per chunk (not per frame: a bytearray
+            # shrinks from the front by moving what follows).
+            del window[: consumed - window_base]
+            window_base = consumed
             window.extend(chunk)
             if progress is not None:
                 progress.update(reader.offset - start)
@@ -130,13 +136,15 @@ def framed_envelopes(
             new_message=new_message,
             on_error=skip if on_error is not None else None,
         ):
-            cut = env.end - window_base
-            framed = Framed(env.message, bytes(window[env.begin - window_base : cut]))
-            del window[:cut]
-            window_base = env.end
+            framed = Framed(
+                env.message, bytes(window[env.begin - window_base : env.end - window_base])
+            )
+            consumed = env.end
             out = Envelope(journal, env.begin, env.end, framed)
             try:
-                _ = out.ids  # parsed once, here, where the offsets are known for errors
+                # Parsed once, here, where the offsets are known for errors; the decoder
+                # has usually parsed them already (in bulk), so they are carried over.
+                out._ids = env.ids
             except (ValueError, TypeError) as exc:
                 bad = BadMessage(journal, env.begin, env.end, str(exc))
                 if on_error is None:
