@@ -1,5 +1,5 @@
-"""Journal management: `journals create|list|describe|delete|verify`, `fragments`, `head`,
-`gc`."""
+"""Journal management: `journals create|list|describe|apply|edit|delete|verify|compact|trim`,
+`fragments`, `head`, `gc`."""
 
 from __future__ import annotations
 
@@ -626,3 +626,155 @@ def trim(state: State, name: str, before: str | None, dry_run: bool, yes: bool) 
         f"({format_size(result.bytes_deleted)}) and {len(result.claims)} claims; first "
         f"offset now {result.first}"
     )
+
+
+# -- changing specs: apply and edit ---------------------------------------------------------
+
+_NOT_SPEC_FIELDS = ("head", "begin", "fragments", "incarnation")
+"""Fields of `journals describe|list --format json` that are not part of a spec: ignored."""
+
+
+def _spec_text(spec: JournalSpec) -> str:
+    """A spec as pretty JSON without its incarnation: what is edited and diffed."""
+    import orjson
+
+    doc = spec.to_dict()
+    doc.pop("incarnation", None)
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+
+
+def _spec_from_doc(doc: Any, where: str) -> JournalSpec:
+    from oncelog.journal import InvalidJournalName, InvalidJournalSpec, JournalSpec
+
+    if not isinstance(doc, dict):
+        raise click.ClickException(f"{where}: a journal spec must be a JSON object, not {doc!r}")
+    if "fragment" in doc and doc["fragment"] is None:
+        raise click.ClickException(
+            f"{where}: journal {doc.get('name')!r} has no oncelog spec (a Gazette fragment "
+            "store?): give its labels and fragment settings"
+        )
+    doc = {k: v for k, v in doc.items() if k not in _NOT_SPEC_FIELDS}
+    try:
+        return JournalSpec.from_dict(doc)
+    except (InvalidJournalSpec, InvalidJournalName) as exc:
+        raise click.ClickException(f"{where}: {exc}") from None
+
+
+def _spec_diff(old: JournalSpec, new: JournalSpec, source: str) -> str:
+    import difflib
+
+    return "".join(
+        difflib.unified_diff(
+            _spec_text(old).splitlines(keepends=True),
+            _spec_text(new).splitlines(keepends=True),
+            fromfile=f"{old.name} (stored)",
+            tofile=f"{new.name} ({source})",
+        )
+    )
+
+
+@journals.command("apply")
+@click.argument("file", type=click.File("rb"))
+@click.option("--dry-run", "-n", is_flag=True, help="Show the plan and diffs; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@store_options
+@pass_state
+def apply(state: State, file: Any, dry_run: bool, yes: bool) -> None:
+    """Create or update the journals whose specs FILE holds ('-': stdin).
+
+    FILE is JSON: one spec object or a list of them, as `journals describe NAME --format
+    json` or `journals list --format json` print them (head, begin, fragments and
+    incarnation are ignored). Missing journals are created; for changed ones a diff is
+    printed and, once confirmed (or with --yes), the spec is rewritten, keeping the
+    journal's data; identical ones are left alone.
+    """
+    import orjson
+
+    from oncelog.journal import JournalNotFound
+
+    source = getattr(file, "name", None)
+    if not isinstance(source, str) or source in ("-", "<stdin>"):
+        source = "stdin"
+    try:
+        loaded = orjson.loads(file.read())
+    except orjson.JSONDecodeError as exc:
+        raise click.ClickException(f"{source} is not JSON: {exc}") from None
+    docs = loaded if isinstance(loaded, list) else [loaded]
+    specs = [_spec_from_doc(doc, f"{source}[{i}]") for i, doc in enumerate(docs)]
+    names = [s.name for s in specs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise click.UsageError(f"{source} gives journal {duplicates[0]!r} more than once")
+    if not specs:
+        notice(f"{source} holds no journal specs")
+        return
+    client = state.client()
+    creates: list[JournalSpec] = []
+    updates: list[tuple[JournalSpec, JournalSpec]] = []  # (stored, new)
+    for spec in specs:
+        try:
+            stored = client.get(spec.name)
+        except JournalNotFound:
+            creates.append(spec)
+            click.echo(f"{spec.name}: {'would create' if dry_run else 'to create'}")
+            continue
+        if _spec_text(stored) == _spec_text(spec):
+            click.echo(f"{spec.name}: unchanged")
+            continue
+        updates.append((stored, spec))
+        click.echo(f"{spec.name}: {'would update' if dry_run else 'to update'}")
+        click.echo(_spec_diff(stored, spec, source), nl=False)
+    if dry_run or not creates and not updates:
+        return
+    if updates:
+        require_confirmation(
+            f"Update {len(updates)} journal spec{'s' if len(updates) != 1 else ''}"
+            f"{f' and create {len(creates)} journals' if creates else ''}?",
+            yes,
+            "update journal specs",
+        )
+    for spec in creates:
+        client.create(spec)
+        notice(f"created journal {spec.name}")
+    for stored, spec in updates:
+        client.update(spec, expect=stored)
+        notice(f"updated journal {spec.name}")
+
+
+@journals.command("edit")
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@store_options
+@pass_state
+def edit(state: State, name: str, yes: bool) -> None:
+    """Edit journal NAME's spec in $VISUAL or $EDITOR, then show the diff and update it
+    once confirmed (or with --yes). Refused if the spec changed meanwhile."""
+    import orjson
+
+    if not yes and not sys.stdin.isatty():  # refuse before the editing, not after it
+        raise click.UsageError(
+            f"refusing to edit journal {name} without confirmation: stdin is not a "
+            "terminal; pass --yes"
+        )
+    client = state.client()
+    stored = client.get(name)
+    text = click.edit(_spec_text(stored), extension=".json", require_save=True)
+    if text is None:
+        click.echo(f"{name}: unchanged")
+        return
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise click.ClickException(f"the edited spec is not JSON: {exc}") from None
+    spec = _spec_from_doc(doc, "the edited spec")
+    if spec.name != name:
+        raise click.ClickException(
+            f"the edited spec names journal {spec.name!r}: a journal cannot be renamed"
+        )
+    if _spec_text(spec) == _spec_text(stored):
+        click.echo(f"{name}: unchanged")
+        return
+    click.echo(_spec_diff(stored, spec, "edited"), nl=False)
+    require_confirmation(f"Update the spec of journal {name}?", yes, f"update journal {name}")
+    client.update(spec, expect=stored)
+    notice(f"updated journal {name}")

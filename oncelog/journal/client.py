@@ -134,6 +134,46 @@ class JournalClient:
             self._drop_cached(spec.name)
         return spec
 
+    def update(self, spec: JournalSpec, *, expect: JournalSpec | None = None) -> JournalSpec:
+        """Rewrite the spec of the existing journal `spec.name` (JournalNotFound if it has
+        none) and return the stored spec. The journal keeps its `incarnation`: its offsets,
+        fragments and claims carry on; the name cannot change.
+
+        `expect`, like gazctl's mod revision: the spec the change was based on. If the
+        stored spec differs from it (incarnations aside), JournalError is raised and
+        nothing is written. The check and the write exclude other threads of this client,
+        not other processes.
+
+        This client's appender and index of the journal are dropped (after flushing), so
+        its next appends use the new fragment settings; other processes pick them up when
+        they next open the journal (a new client, or after their appender is dropped)."""
+        if not isinstance(spec, JournalSpec):
+            raise TypeError(f"update() takes a JournalSpec, not {type(spec).__name__}")
+        name = spec.name
+        with self._journal_lock(name):
+            current = self.get(name)
+            if expect is not None:
+                if expect.name != name:
+                    raise ValueError(
+                        f"expect names journal {expect.name!r}, the spec {name!r}"
+                    )
+                if replace(expect, incarnation=None).to_json() != replace(
+                    current, incarnation=None
+                ).to_json():
+                    raise JournalError(
+                        f"journal {name!r} was changed since it was read; re-read and retry"
+                    )
+            spec = replace(spec, incarnation=current.incarnation)
+            data = spec.to_json()
+            path = self.store.spec_path(name)
+            self._with_retry(
+                lambda: self.store.backend.write(path, data),
+                f"update the spec of journal {name!r}",
+                ambiguous=True,
+            )
+            self._drop_cached(name)
+        return spec
+
     def get(self, name: str) -> JournalSpec:
         """The spec of journal `name`; JournalNotFound if it has none, CorruptSpec (naming
         the journal and object) if it cannot be parsed."""
