@@ -34,6 +34,7 @@ MODULES: tuple[tuple[str, str], ...] = (
     ("oncelog.sequencer", "read-committed sequencing"),
     ("oncelog.reading", "read-uncommitted and read-committed iterators"),
     ("oncelog.merge", "reading many journals as one stream"),
+    ("oncelog.arrow", "read-committed journals as Arrow tables, without Spark"),
     ("oncelog.consumer", "exactly-once consumers and consumer groups"),
     ("oncelog.testing", "hypothesis strategies, reference model, checks for users' tests"),
     ("oncelog.testing.faults", "fault injection: a failing S3 proxy, pausing, killing processes"),
