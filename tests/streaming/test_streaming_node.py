@@ -283,7 +283,7 @@ def test_token_and_tls_free_loopback(local_store: StoreTarget, start_node: Any,
 
 
 def test_transactions(local_store: StoreTarget, start_node: Any, client_of: Any) -> None:
-    node = start_node(local_store, "n1")
+    node = start_node(local_store, "n1", tick=0.2)  # the expiry is observed through ticks
     c = client_of(node.address)
     c.create_channel("tx")
     with c.txn("tx", "vt", keepalive=10) as t:
