@@ -34,6 +34,7 @@ __all__ = [
     "TransactionExpired",
     "FencedOut",
     "Mapping",
+    "start_intents",
 ]
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,36 @@ class AckIntent:
 
     journal: str
     intent: bytes
+
+
+def start_intents(
+    client: "JournalClient", intents: Iterable[AckIntent], *, skip_deleted: bool = False
+) -> list["AsyncAppend | None"]:
+    """Start one append per ACK intent, in order, without waiting (journals are written
+    concurrently; `.result()` of each waits for it). An intent whose bytes cannot be written
+    is aborted, not half-appended. With `skip_deleted`, an intent for a journal deleted since
+    is logged and left out (None in its place); otherwise JournalNotFound is raised."""
+    from oncelog.journal.errors import JournalNotFound
+
+    started: list[AsyncAppend | None] = []
+    for intent in intents:
+        try:
+            append = client.start_append(intent.journal)
+        except JournalNotFound:
+            if not skip_deleted:
+                raise
+            log.warning("ACK intent for journal %r skipped: the journal was deleted",
+                        intent.journal)
+            started.append(None)
+            continue
+        try:
+            append.write(intent.intent)
+        except BaseException:
+            append.abort()
+            raise
+        append.release()
+        started.append(append)
+    return started
 
 
 @dataclass(slots=True)
@@ -326,15 +357,7 @@ class Publisher:
 
     def append_intents(self, intents: Iterable[AckIntent]) -> list["AppendResult"]:
         """Append ACK intents and wait until all are durable."""
-        appends = []
-        for intent in intents:
-            append = self.client.start_append(intent.journal)
-            try:
-                append.write(intent.intent)
-            finally:
-                append.release()
-            appends.append(append)
-        return [a.result() for a in appends]
+        return [a.result() for a in start_intents(self.client, intents) if a is not None]
 
     @contextmanager
     def transaction(

@@ -38,8 +38,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from oncelog.errors import OncelogError
-from oncelog.journal.errors import JournalNotFound
-from oncelog.publisher import AckIntent
+from oncelog.publisher import AckIntent, start_intents
 
 if TYPE_CHECKING:
     from oncelog.journal import AppendResult, JournalClient
@@ -184,23 +183,7 @@ def append_intents(
     """Append ACK intents (concurrently across journals) and wait until all are durable.
     An intent for a journal deleted since is logged and skipped (None in the result): its
     messages went with the journal, and a commit must not stay unfinishable because of it."""
-    started: list[Any] = []
-    for intent in intents:
-        try:
-            append = client.start_append(intent.journal)
-        except JournalNotFound:
-            log.warning(
-                "ACK intent for journal %r skipped: the journal was deleted", intent.journal
-            )
-            started.append(None)
-            continue
-        try:
-            append.write(intent.intent)
-        except BaseException:
-            append.abort()
-            raise
-        append.release()
-        started.append(append)
+    started = start_intents(client, intents, skip_deleted=True)
     return [None if a is None else a.result() for a in started]
 
 

@@ -45,7 +45,7 @@ from oncelog.consumer.state import (
 from oncelog.labels import LabelSelector
 from oncelog.message import ACK_TXN as _ACK_TXN
 from oncelog.message import Envelope, Message
-from oncelog.publisher import AckIntent, Mapping, Publisher
+from oncelog.publisher import AckIntent, Mapping, Publisher, start_intents
 from oncelog.reading import read_uncommitted, read_uncommitted_batches
 from oncelog.sequencer import Sequencer
 
@@ -899,17 +899,7 @@ class Consumer:
             self._stage("acked")
 
     def _start_intents(self, intents: Sequence[AckIntent]) -> list["AsyncAppend"]:
-        appends = []
-        for intent in intents:
-            append = self.client.start_append(intent.journal)
-            try:
-                append.write(intent.intent)
-            except BaseException:
-                append.abort()
-                raise
-            append.release()
-            appends.append(append)
-        return appends
+        return [a for a in start_intents(self.client, intents) if a is not None]
 
     def _abort(self, *, rollback: bool) -> None:
         """Drop the open transaction; `run()` recovers from the last checkpoint next time."""
