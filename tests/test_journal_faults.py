@@ -37,7 +37,8 @@ class Transient(OSError):
 
 
 def _patch(client: JournalClient, name: str, wrapper: Callable[[Callable[..., Any]], Any]) -> None:
-    backend = client.store.backend
+    """Inject faults at the storage backend itself, below the store's retries of reads."""
+    backend = getattr(client.store.backend, "inner", client.store.backend)
     setattr(backend, name, wrapper(getattr(backend, name)))
 
 

@@ -198,23 +198,18 @@ class JournalClient:
         A journal whose spec cannot be read or parsed does not hide the others: it is left
         out and reported to `on_error(name, error)` (by default, logged as a warning)."""
         sel = LabelSelector.from_value(selector or None)
-        names = self._with_retry(self.store.list_spec_names, "list journals")
+        names = self.store.list_spec_names()  # reads are retried by the store
         if not names:
             self.check_store()
         paths = [self.store.spec_path(n) for n in names]
-        results = self._with_retry(
-            lambda: self.store.backend.read_many(paths), f"read {len(paths)} journal specs"
-        )
+        results = self.store.backend.read_many(paths)
         out = []
         for name, data in zip(names, results):
             try:
                 if isinstance(data, FileNotFoundError):
                     continue  # deleted since the listing
                 if isinstance(data, BaseException):
-                    again = self._read_spec(name)  # one failed GET of many: retried alone
-                    if again is None:
-                        continue
-                    data = again
+                    raise data  # not transient: the store retried those alone already
                 spec = self._parse_spec(name, data)
             except JournalError as exc:
                 if on_error is None:
@@ -252,11 +247,12 @@ class JournalClient:
 
     def _read_spec(self, name: str) -> bytes | None:
         """The bytes of the journal's spec.json, or None if it has none; transient storage
-        errors are retried for retry_timeout (then StorageUnavailable)."""
+        errors are retried for retry_timeout by the store (then StorageUnavailable)."""
         validate_journal_name(name)
-        return self._with_retry(
-            lambda: self.store.read_spec_bytes(name), f"read the spec of journal {name!r}"
-        )
+        try:
+            return self.store.read_spec_bytes(name)
+        except StorageUnavailable as exc:  # say whose spec it was
+            raise StorageUnavailable(f"could not read the spec of journal {name!r}: {exc}") from exc
 
     def _parse_spec(self, name: str, data: bytes) -> JournalSpec:
         where = self.store.spec_path(name)
@@ -513,9 +509,7 @@ class JournalClient:
         directly under it, or in path-postfix directories (`name/date=.../`) that are not
         themselves oncelog journals (`odd/x=1` is a valid journal name; `odd` is then not a
         journal but the parent of one)."""
-        fragments = self._with_retry(
-            lambda: self.store.list_fragments(name, postfixes=True), f"list fragments of {name!r}"
-        )
+        fragments = self.store.list_fragments(name, postfixes=True)
         if any(not f.path_postfix for f in fragments):
             return True
         tops = {f.path_postfix.split("/", 1)[0] for f in fragments}
@@ -709,15 +703,13 @@ class JournalClient:
             except FileNotFoundError:
                 return None
 
-        return self._with_retry(read, f"read {path!r}")
+        return read()
 
     def list_objects(self, directory: str, after: str | None = None) -> builtins.list[str]:
         """Names of the objects directly in `<root>/.oncelog/<directory>/`, sorted, only
         those after `after` when given (S3 lists from there)."""
         path = self.store.meta_path(directory.rstrip("/"))
-        return self._with_retry(
-            lambda: self.store.backend.list_names_after(path, after), f"list {directory!r}"
-        )
+        return self.store.backend.list_names_after(path, after)
 
     def delete_object(self, path: str) -> None:
         """Remove `<root>/.oncelog/<path>` (no error if absent)."""

@@ -455,14 +455,10 @@ def _compact_once(
         raise ValueError(f"target_length must be > 0, not {target_length!r}")
     codec = spec.fragment.codec
     incarnation = spec.incarnation or ""
-    record, first, _ = client._with_retry(
-        lambda: newest_record(store, name, incarnation), f"read the records of {name!r}"
-    )
+    # Reads below are retried by the store (RetryingReads); writes retry here.
+    record, first, _ = newest_record(store, name, incarnation)
     through0 = record.through if record is not None else 0
-    begins = client._with_retry(
-        lambda: store.list_claim_begins(name, after=through0 - 1 if through0 else None),
-        f"list the claims of {name!r}",
-    )
+    begins = store.list_claim_begins(name, after=through0 - 1 if through0 else None)
     if record is None and begins:
         first = begins[0]
     result = CompactionResult(name, first, through0, dry_run=dry_run)
@@ -473,16 +469,14 @@ def _compact_once(
             f"journal {name!r}: its compaction record {record.name} ends at offset {through0} "
             f"but its next claim begins at {begins[0]}: claims were removed by hand"
         )
-    last = client._with_retry(
-        lambda: store.read_claim(name, begins[-1]), f"read the last claim of {name!r}"
-    )
+    last = store.read_claim(name, begins[-1])
     if last is None:
         raise MissingFragment(f"the last claim of journal {name!r} ({begins[-1]}) vanished")
     head = last.parse_fragment(name).end
     # Times of the small fragments, from one listing of the journal (by begin offset: an
     # unclaimed copy at the same offset only makes the piece look younger).
     times: dict[int, float] = {}
-    for f in client._with_retry(lambda: store.list_fragments(name), f"list {name!r}"):
+    for f in store.list_fragments(name):
         if f.mod_time is not None:
             times[f.begin] = max(times.get(f.begin, 0.0), f.mod_time)
     cutoff = time.time() - min_age
@@ -583,10 +577,7 @@ def _read_claims(client: JournalClient, name: str, pieces: list[_Piece]) -> None
     store = client.store
     for i in range(0, len(pieces), 4 * _WINDOW):
         window = pieces[i : i + 4 * _WINDOW]
-        claims = client._with_retry(
-            lambda w=window: store.read_claims(name, [p.begin for p in w]),  # type: ignore[misc]
-            f"read claims of {name!r}",
-        )
+        claims = store.read_claims(name, [p.begin for p in window])
         for piece, claim in zip(window, claims):
             fragment = _claimed(name, piece, claim)
             piece.fragment, piece.blocks = fragment, claim.blocks if claim else None
@@ -618,10 +609,7 @@ def _read_chunk(client: JournalClient, name: str, chunk: list[_Piece]) -> bytes:
         window = chunk[i : i + _WINDOW]
         frags = [p.fragment for p in window]
         paths = [store.fragment_path(f) for f in frags if f is not None]
-        results = client._with_retry(
-            lambda p=paths: store.backend.read_many(p),  # type: ignore[misc]
-            f"read {len(paths)} fragments of {name!r}",
-        )
+        results = store.backend.read_many(paths)
         for fragment, data in zip(frags, results):
             assert fragment is not None
             if isinstance(data, FileNotFoundError):
@@ -678,7 +666,7 @@ def retire(
     to read its fragment."""
     store = client.store
     result = RetireResult(name, dry_run=dry_run)
-    names = client._with_retry(lambda: list_records(store, name), f"list records of {name!r}")
+    names = list_records(store, name)
     if not names:
         return result
     cutoff = time.time() - grace
