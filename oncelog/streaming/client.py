@@ -14,12 +14,17 @@ producer (one per channel, clocks growing in send order) before sending it. When
 fenced or unreachable, the client looks the channel's owner up again and resends every
 unacknowledged request *with the same UUIDs*, in order, to the new owner. A message that the
 old node had appended after all is then a duplicate, which read-committed readers drop.
+Scanners, broadcasts and transactions also ride out a dead node (see their docstrings).
+
+Throughput: a channel's producer coalesces the requests queued by every thread of the
+process into batch stream messages, several pipelined (see `_Stream`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
@@ -242,30 +247,59 @@ def _check(error: pb.StreamingError) -> None:
 
 @dataclass(eq=False)
 class _Req:
-    """One request: its messages (UUIDs stamped once, kept across resends) or a txn op."""
+    """One request: its messages (UUIDs stamped once, kept across resends) or a txn op.
+    `future` gets the node's result (a channel producer's: the list of MessageIDs)."""
 
     kind: str
     messages: list[pb.Message] = field(default_factory=list)
     txn_id: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-    future: Future[pb.ProduceMessageResult] = field(default_factory=Future)
+    future: Future[Any] = field(default_factory=Future)
+    size: int = 0  # payload bytes, for sizing batches
+    key: int = 0
+
+    def body(self, rid: int) -> pb.ProduceMessageRequest:
+        return pb.ProduceMessageRequest(request_id=rid, messages=self.messages,
+                                        txn_id=self.txn_id)
 
     def to_pb(self, rid: int) -> pb.ProduceRequest:
         if self.kind == "produce":
-            return pb.ProduceRequest(produce=pb.ProduceMessageRequest(
-                request_id=rid, messages=self.messages, txn_id=self.txn_id))
+            return pb.ProduceRequest(produce=self.body(rid))
         if self.kind == "begin_txn":
             return pb.ProduceRequest(begin_txn=pb.BeginTxnRequest(request_id=rid, **self.extra))
         if self.kind == "commit_txn":
             return pb.ProduceRequest(commit_txn=pb.CommitTxnRequest(
                 request_id=rid, txn_id=self.txn_id, **self.extra))
-        return pb.ProduceRequest(rollback_txn=pb.RollbackTxnRequest(request_id=rid,
-                                                                   txn_id=self.txn_id))
+        return pb.ProduceRequest(rollback_txn=pb.RollbackTxnRequest(
+            request_id=rid, txn_id=self.txn_id, **self.extra))
+
+    @property
+    def batchable(self) -> bool:
+        return self.kind == "produce" and not self.txn_id
+
+
+MAX_IN_FLIGHT = 8
+"""Stream messages (single requests or batches) a Produce stream has unanswered at most:
+pipelining without letting a slow node's backlog grow without bound. While the window is
+full, new requests wait in the stream's queue and leave together, as one batch."""
+
+MAX_BATCH_BYTES = 1 << 20
+"""Payload bytes of one batch at most (and at most a quarter of the node's request limit)."""
+
+MAX_BATCH_REQUESTS = 4096
 
 
 class _Stream:
     """One Produce stream to one node. Answers go to `on_answer(req, result | error)`;
-    when the stream breaks, `on_broken(stream, error, unanswered)` is called once."""
+    when the stream breaks, `on_broken(stream, error, unanswered)` is called once.
+
+    The coalescer: requests queue up in `send` (from any thread); gRPC pulls the next stream
+    message from `_requests` only once the previous one is written, and `_requests` packs
+    every committed produce request queued by then into one ProduceBatchRequest (bounded by
+    MAX_BATCH_BYTES / MAX_BATCH_REQUESTS). So concurrent appends of a process share stream
+    messages and node appends, and up to MAX_IN_FLIGHT stream messages are pipelined.
+    `_lock` guards `_by_id`, `_broken` and `_in_flight`; request ids are given in queue order
+    under it, so they increase on the wire whatever thread sends."""
 
     def __init__(
         self,
@@ -277,13 +311,16 @@ class _Stream:
     ) -> None:
         self.address = address
         self.channel = channel
-        self._queue: Any = __import__("queue").SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._by_id: dict[int, _Req] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._window = threading.Condition(self._lock)
+        self._in_flight = 0
         self._on_answer = on_answer
         self._on_broken = on_broken
         self._broken = False
+        self._batch_bytes = 0  # 0: the node takes no batches
         self._call = client._stub(address).Produce(
             self._requests(), metadata=client._metadata
         )
@@ -297,17 +334,50 @@ class _Stream:
             raise StreamingError(Code.EOF, f"{address} closed the stream") from None
         _check(first.create.error)
         self.term = first.create.channel.term
+        if first.create.max_request_bytes > 0:
+            self._batch_bytes = min(MAX_BATCH_BYTES, first.create.max_request_bytes // 4)
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name="oncelog-streaming-answers")
         self._reader.start()
 
     def _requests(self) -> Iterator[pb.ProduceRequest]:
+        held: Any = None  # a request taken from the queue that did not fit the last batch
         while True:
-            item = self._queue.get()
+            item = held if held is not None else self._queue.get()
+            held = None
             if item is _CLOSE:
                 yield pb.ProduceRequest(close=pb.CloseProducerRequest())
                 return
-            yield item
+            if not isinstance(item, tuple):
+                yield item  # the create request
+                continue
+            with self._window:
+                while self._in_flight >= MAX_IN_FLIGHT and not self._broken:
+                    self._window.wait()
+                if self._broken:
+                    continue  # on_broken resends what is unanswered
+                self._in_flight += 1
+            rid, req = item
+            if not (self._batch_bytes and req.batchable):
+                yield req.to_pb(rid)
+                continue
+            bodies = [req.body(rid)]
+            size = req.size
+            while len(bodies) < MAX_BATCH_REQUESTS:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if (not isinstance(nxt, tuple) or not nxt[1].batchable
+                        or size + nxt[1].size > self._batch_bytes):
+                    held = nxt
+                    break
+                bodies.append(nxt[1].body(nxt[0]))
+                size += nxt[1].size
+            if len(bodies) == 1:
+                yield pb.ProduceRequest(produce=bodies[0])
+            else:
+                yield pb.ProduceRequest(batch=pb.ProduceBatchRequest(requests=bodies))
 
     def send(self, req: _Req) -> None:
         with self._lock:
@@ -315,7 +385,7 @@ class _Stream:
                 raise StreamingError(Code.EOF, "the stream is broken")
             rid = next(self._ids)
             self._by_id[rid] = req
-            self._queue.put(req.to_pb(rid))
+            self._queue.put((rid, req))
 
     def close(self) -> None:
         self._queue.put(_CLOSE)
@@ -323,33 +393,49 @@ class _Stream:
     def cancel(self) -> None:
         self._call.cancel()
 
+    def _answers(self, answers: Iterable[pb.ProduceMessageResponse]) -> StreamingError | None:
+        """Hand each answer to its request; a retriable error stops there (that request and
+        every later one are resent elsewhere): returned."""
+        for answer in answers:
+            with self._lock:
+                req = self._by_id.pop(answer.request_id, None)
+            if req is None:
+                continue
+            if answer.WhichOneof("response") == "error":
+                err = StreamingError(answer.error.code, answer.error.cause)
+                if err.code in RETRIABLE:
+                    with self._lock:
+                        self._by_id[answer.request_id] = req  # unanswered: resent
+                    return err
+                self._on_answer(req, err)
+            else:
+                self._on_answer(req, answer.result)
+        return None
+
     def _read(self) -> None:
         error: StreamingError | None = None
         try:
             for resp in self._call:
-                if resp.WhichOneof("response") != "produce":
-                    continue
-                answer = resp.produce
-                with self._lock:
-                    req = self._by_id.pop(answer.request_id, None)
-                if req is None:
-                    continue
-                if answer.WhichOneof("response") == "error":
-                    err = StreamingError(answer.error.code, answer.error.cause)
-                    if err.code in RETRIABLE:
-                        with self._lock:
-                            self._by_id[answer.request_id] = req  # unanswered: resent
-                        error = err
-                        break
-                    self._on_answer(req, err)
+                kind = resp.WhichOneof("response")
+                if kind == "produce":
+                    error = self._answers((resp.produce,))
+                elif kind == "batch":
+                    error = self._answers(resp.batch.responses)
                 else:
-                    self._on_answer(req, answer.result)
+                    continue
+                with self._window:
+                    self._in_flight -= 1
+                    self._window.notify()
+                if error is not None:
+                    break
         except grpc.RpcError as exc:
             error = _rpc_error(exc, self.address)
         with self._lock:
             self._broken = True
+            self._window.notify_all()
             left = [self._by_id[k] for k in sorted(self._by_id)]
             self._by_id.clear()
+        self._queue.put(_CLOSE)  # ends `_requests` (gRPC's sending thread) too
         if error is None:
             if not left:
                 return
@@ -378,16 +464,17 @@ class _ChannelProducer:
         self._recovering = False
         self._closed = False
 
-    def submit(self, messages: list[pb.Message]) -> Future[pb.ProduceMessageResult]:
-        req = _Req("produce", messages)
+    def submit(self, messages: list[pb.Message]) -> Future[list[MessageID]]:
+        """Queue `messages` as one atomic request; the future gets their ids."""
+        req = _Req("produce", messages,
+                   size=sum(len(m.payload) + 64 for m in messages))
         with self._lock:
             if self._closed:
                 raise StreamingError(Code.EOF, "the client is closed")
             self.clock.update()
             for m in messages:
                 m.uuid = str(build_uuid(self.producer, self.clock.tick(), OUTSIDE_TXN))
-            key = next(self._seq)
-            req.extra["key"] = key
+            key = req.key = next(self._seq)
             self._unacked[key] = req
             if self._stream is None and not self._recovering:
                 try:
@@ -415,11 +502,11 @@ class _ChannelProducer:
 
     def _answered(self, req: _Req, got: pb.ProduceMessageResult | StreamingError) -> None:
         with self._lock:
-            self._unacked.pop(req.extra["key"], None)
+            self._unacked.pop(req.key, None)
         if isinstance(got, StreamingError):
             req.future.set_exception(got)
         else:
-            req.future.set_result(got)
+            req.future.set_result([MessageID(i.channel, i.begin, i.end) for i in got.ids])
 
     def _broken(self, stream: _Stream, error: StreamingError, left: list[_Req]) -> None:
         with self._lock:
@@ -490,17 +577,26 @@ class _ChannelProducer:
 class Txn:
     """A transaction writing one vchannel of one channel: `append` messages (invisible to
     read-committed readers), then `commit()` (all become visible at once) or `rollback()`.
-    It expires (rolled back by the node) after `keepalive` without an append. A transaction
-    is not moved by failover: if its node fails, it fails (nothing was committed unless
-    `commit()` returned)."""
+    It expires (rolled back by the node) after `keepalive` without an append.
+
+    If its node dies (or loses the channel), the transaction is finished on the channel's
+    new owner, by this rule: a `commit()` (sent, or called afterwards) is **committed** there:
+    every message was acknowledged durable when its `append` returned, so the client appends
+    its commit ACK (the same UUID: a copy of an ACK the dead node wrote changes nothing)
+    through the new owner and `commit()` returns. An `append()` (or `rollback()`) that meets
+    the dead node **rolls the transaction back** there (an ACK re-asserting the clock before
+    its first message) and raises TRANSACTION_EXPIRED. Both wait for the new owner for up to
+    the client's `retry_timeout`; past it they raise (then nothing was committed by the
+    client, and a commit's outcome is unknown)."""
 
     def __init__(self, client: StreamingClient, channel: str, vchannel: str,
                  keepalive: float | None) -> None:
         self.channel = channel
         self.vchannel = vchannel
+        self._client = client
         self._producer = new_producer_id()
         self._clock = Clock()
-        self._results: dict[int, Any] = {}
+        self._first_clock = 0  # of the first message sent
         self._stream = _Stream(client, client._owner_address(channel), channel,
                                self._answered, self._broken)
         ms = 0 if keepalive is None else max(1, int(keepalive * 1000))
@@ -524,6 +620,41 @@ class Txn:
         self._stream.send(req)
         return req.future.result()
 
+    def _orphan(self, kind: str, ack: str, why: StreamingError) -> pb.ProduceMessageResult:
+        """Append `ack` through the channel's current owner (waiting for a failover)."""
+        client = self._client
+        deadline = time.monotonic() + client.retry_timeout
+        delay = 0.05
+        error = why
+        while True:
+            try:
+                stream = _Stream(client, client._owner_address(self.channel), self.channel,
+                                 self._answered, self._broken)
+                try:
+                    req = _Req(kind, extra={"ack_uuid": ack, "orphan": True})
+                    stream.send(req)
+                    return req.future.result(timeout=client.timeout)
+                finally:
+                    stream.close()
+            except StreamingError as exc:
+                error = exc
+                if not _node_lost(exc) or time.monotonic() >= deadline:
+                    raise StreamingError(error.code, f"transaction {self.txn_id} on "
+                                         f"{self.channel!r}: its node failed ({why.cause}) and "
+                                         f"the new owner could not be reached: {error.cause}"
+                                         ) from None
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise StreamingError(Code.ON_SHUTDOWN, f"transaction {self.txn_id}: no "
+                                         "answer from the channel's new owner") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _roll_back_elsewhere(self, why: StreamingError) -> None:
+        if self._first_clock:
+            ack = str(build_uuid(self._producer, self._first_clock - 1, ACK_TXN))
+            self._orphan("rollback_txn", ack, why)
+
     def append(self, msg: Payload, *, properties: dict[str, str] | None = None) -> MessageID:
         """Append one message to the transaction; returns where it landed once durable."""
         return self.append_messages([msg], properties=properties)[0]
@@ -534,7 +665,16 @@ class Txn:
         self._clock.update()
         for m in messages:
             m.uuid = str(build_uuid(self._producer, self._clock.tick(), CONTINUE_TXN))
-        result = self._request(_Req("produce", messages, txn_id=self.txn_id))
+            self._first_clock = self._first_clock or self._clock.value
+        try:
+            result = self._request(_Req("produce", messages, txn_id=self.txn_id))
+        except StreamingError as exc:
+            if not _node_lost(exc):
+                raise
+            self._roll_back_elsewhere(exc)
+            raise StreamingError(Code.TRANSACTION_EXPIRED, f"transaction {self.txn_id} on "
+                                 f"{self.channel!r} was rolled back on the channel's new owner: "
+                                 f"its node failed ({exc.cause})") from None
         return [MessageID._of(i) for i in result.ids]
 
     def commit(self) -> int:
@@ -543,8 +683,13 @@ class Txn:
         try:
             self._clock.update()
             ack = str(build_uuid(self._producer, self._clock.tick(), ACK_TXN))
-            result = self._request(_Req("commit_txn", txn_id=self.txn_id,
-                                        extra={"ack_uuid": ack}))
+            try:
+                result = self._request(_Req("commit_txn", txn_id=self.txn_id,
+                                            extra={"ack_uuid": ack}))
+            except StreamingError as exc:
+                if not _node_lost(exc) or not self._first_clock:
+                    raise
+                result = self._orphan("commit_txn", ack, exc)
             return int(result.time_tick)
         finally:
             self._stream.close()
@@ -552,7 +697,12 @@ class Txn:
     def rollback(self) -> None:
         """Discard the transaction's messages."""
         try:
-            self._request(_Req("rollback_txn", txn_id=self.txn_id))
+            try:
+                self._request(_Req("rollback_txn", txn_id=self.txn_id))
+            except StreamingError as exc:
+                if not _node_lost(exc):
+                    raise
+                self._roll_back_elsewhere(exc)
         finally:
             self._stream.close()
 
@@ -574,26 +724,99 @@ class Txn:
                 pass
 
 
+def _node_lost(exc: StreamingError) -> bool:
+    """The node serving a stream died, stopped or lost the channel (not: the request was
+    refused on its merits)."""
+    return exc.code in RETRIABLE or exc.code == Code.EOF
+
+
 # -- consuming -------------------------------------------------------------------------------
 
 
 class Scanner:
     """Committed messages of a channel, as a blocking iterator (tailing new appends).
-    `close()` (from any thread) ends it; iteration then stops."""
+    `close()` (from any thread) ends it; iteration then stops.
 
-    def __init__(self, call: Any, address: str) -> None:
-        self._call = call
-        self._address = address
+    When its node dies or stops, the scanner reconnects to another node of the client's
+    list (backing off, for up to `retry_timeout`) and resumes exactly where it was: it asks
+    for the same start offset, policy and filters, has the node pass over the `delivered`
+    messages it already returned (read-committed delivery from one offset is a function of
+    the journal's bytes, so that is the same sequence, sequencing state included) and checks
+    that the last one passed over is `last_id`. No message is missed or repeated; time ticks
+    not above `time_tick` are not repeated either. The cost: the new node re-reads the
+    channel from the scanner's start offset."""
+
+    def __init__(self, client: StreamingClient, request: pb.ConsumeRequest,
+                 addresses: list[str]) -> None:
+        self._client = client
+        self._request = request
+        self._addresses = addresses
+        self._lock = threading.Lock()  # guards _call and _closed against close()
+        self._call: Any = None
+        self._address = ""
         self.time_tick = 0
         self.start_offset = 0
+        self.delivered = 0  # messages returned so far
+        self.last_id: MessageID | None = None
+        self.reconnects = 0
         self._closed = False
-        try:
-            first = next(call)
-        except grpc.RpcError as exc:
-            raise _rpc_error(exc, address) from None
-        if first.WhichOneof("response") == "error":
-            _check(first.error)
-        self.start_offset = first.create.start_offset
+        self.start_offset = self._open(request, addresses)
+
+    def _open(self, request: pb.ConsumeRequest, addresses: list[str]) -> int:
+        """Start the Consume call on the first node of `addresses` that answers."""
+        error: StreamingError | None = None
+        for target in addresses:
+            call = self._client._stub(target).Consume(request, metadata=self._client._metadata)
+            with self._lock:
+                if self._closed:
+                    call.cancel()
+                    raise StreamingError(Code.EOF, "the scanner was closed")
+                self._call, self._address = call, target
+            try:
+                first = next(call)
+            except grpc.RpcError as exc:
+                error = _rpc_error(exc, target)
+                if error.code not in (Code.ON_SHUTDOWN, Code.EOF) or self._closed:
+                    raise error from None
+                continue
+            except StopIteration:
+                error = StreamingError(Code.EOF, f"{target} ended the stream")
+                continue
+            if first.WhichOneof("response") == "error":
+                _check(first.error)
+            return int(first.create.start_offset)
+        assert error is not None
+        raise error
+
+    def _resume(self, why: StreamingError) -> None:
+        """Reconnect (another node first) and continue after the last delivered message."""
+        request = pb.ConsumeRequest()
+        request.CopyFrom(self._request)
+        name = request.channel.name
+        request.deliver_policy.CopyFrom(pb.DeliverPolicy(start_from=pb.MessageID(
+            channel=name, begin=self.start_offset, end=self.start_offset)))
+        request.skip = self.delivered
+        if self.last_id is not None:
+            request.resume_after.CopyFrom(self.last_id._pb())
+        i = self._addresses.index(self._address) if self._address in self._addresses else -1
+        order = self._addresses[i + 1:] + self._addresses[:i + 1]
+        deadline = time.monotonic() + self._client.retry_timeout
+        delay = 0.05
+        log.info("scanner of %r: %s; resuming after %d messages", name, why, self.delivered)
+        while True:
+            try:
+                self._open(request, order)
+                self.reconnects += 1
+                return
+            except StreamingError as exc:
+                if self._closed:
+                    raise StopIteration from None
+                if exc.code not in (Code.ON_SHUTDOWN, Code.EOF) or \
+                        time.monotonic() >= deadline:
+                    raise StreamingError(exc.code, f"scanner of {name!r} could not resume "
+                                         f"after {why.cause}: {exc.cause}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def __iter__(self) -> Scanner:
         return self
@@ -603,24 +826,42 @@ class Scanner:
             try:
                 resp = next(self._call)
             except grpc.RpcError as exc:
-                if self._closed or exc.code() == grpc.StatusCode.CANCELLED:
+                if self._closed:
                     raise StopIteration from None
-                raise _rpc_error(exc, self._address) from None
+                err = _rpc_error(exc, self._address)
+                if err.code not in (Code.ON_SHUTDOWN, Code.EOF):
+                    raise err from None
+                self._resume(err)
+                continue
+            except StopIteration:
+                if self._closed:
+                    raise
+                self._resume(StreamingError(Code.EOF, f"{self._address} ended the stream"))
+                continue
             kind = resp.WhichOneof("response")
             if kind == "consume":
                 c = resp.consume
                 m = c.message
-                return ConsumedMessage(MessageID._of(c.id), m.payload, m.vchannel,
-                                       dict(m.properties), m.uuid, c.time_tick)
+                mid = MessageID._of(c.id)
+                self.delivered += 1
+                self.last_id = mid
+                return ConsumedMessage(mid, m.payload, m.vchannel, dict(m.properties), m.uuid,
+                                       c.time_tick)
             if kind == "time_tick":
-                self.time_tick = resp.time_tick.time_tick
-                return TimeTick(resp.time_tick.time_tick, resp.time_tick.offset)
+                tick = resp.time_tick.time_tick
+                if tick <= self.time_tick:
+                    continue  # seen before a reconnect
+                self.time_tick = tick
+                return TimeTick(tick, resp.time_tick.offset)
             if kind == "error":
                 _check(resp.error)
 
     def close(self) -> None:
-        self._closed = True
-        self._call.cancel()
+        with self._lock:
+            self._closed = True
+            call = self._call
+        if call is not None:
+            call.cancel()
 
     def __enter__(self) -> Self:
         return self
@@ -645,6 +886,7 @@ class StreamingClient:
         retry_timeout: float = 30.0,
         timeout: float = 30.0,
         max_request_bytes: int = 64 << 20,
+        interceptors: Sequence[Any] = (),
     ) -> None:
         if not addresses:
             raise ValueError("connect() needs at least one node address")
@@ -657,10 +899,13 @@ class StreamingClient:
             ("grpc.max_send_message_length", max_request_bytes),
             ("grpc.max_receive_message_length", 64 << 20),
         ]
+        self._interceptors = list(interceptors)
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, pb_grpc.StreamingNodeServiceStub] = {}
         self._producers: dict[str, _ChannelProducer] = {}
+        self._broadcast_producer = new_producer_id()
+        self._broadcast_clock = Clock()  # guarded by _lock
 
     def _stub(self, address: str) -> pb_grpc.StreamingNodeServiceStub:
         with self._lock:
@@ -671,6 +916,8 @@ class StreamingClient:
                 else:
                     ch = grpc.insecure_channel(address, options=self._options)
                 self._channels[address] = ch
+                if self._interceptors:
+                    ch = grpc.intercept_channel(ch, *self._interceptors)
                 stub = self._stubs[address] = pb_grpc.StreamingNodeServiceStub(ch)
             return stub
 
@@ -738,20 +985,13 @@ class StreamingClient:
 
     def append_async(self, channel: str, msgs: Iterable[Payload], *, vchannel: str = "",
                      properties: dict[str, str] | None = None) -> Future[list[MessageID]]:
-        """Send messages as one atomic request without waiting: a future of their ids."""
+        """Send messages as one atomic request without waiting: a future of their ids.
+
+        The way to produce fast: keep many calls in flight (from one thread or many). The
+        requests of concurrent calls leave together in one batch stream message, and the node
+        appends them in one fragment; each keeps its own atomicity and result."""
         messages = [_message(m, vchannel, properties) for m in msgs]
-        inner = self._producer(channel).submit(messages)
-        outer: Future[list[MessageID]] = Future()
-
-        def done(f: Future[pb.ProduceMessageResult]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                outer.set_exception(exc)
-            else:
-                outer.set_result([MessageID._of(i) for i in f.result().ids])
-
-        inner.add_done_callback(done)
-        return outer
+        return self._producer(channel).submit(messages)
 
     def append(self, channel: str, msg: Payload, *, vchannel: str = "",
                properties: dict[str, str] | None = None) -> MessageID:
@@ -773,39 +1013,58 @@ class StreamingClient:
     def broadcast(self, channels: Sequence[str], msg: Payload, *,
                   vchannel: str = "") -> list[MessageID]:
         """Append `msg` to every channel atomically (one transaction across them). The
-        channels must be owned by one node."""
+        channels must be owned by one node. After a lost reply or a failed node it is resent
+        (for up to `retry_timeout`) with the same UUIDs, so readers get it once per channel;
+        the ids returned are those of the copy that was acknowledged."""
         if not channels:
             raise ValueError("broadcast needs channels")
-        address = self._owner_address(channels[0])
-        resp = self._unary("Broadcast", pb.BroadcastRequest(
-            channels=list(channels), message=_message(msg, vchannel)), address)
-        _check(resp.error)
-        return [MessageID._of(i) for i in resp.ids]
+        message = _message(msg, vchannel)
+        with self._lock:
+            # The node publishes channel k's copy at clock base + k and the ACKs after them:
+            # 2 clocks per channel are ours, and a resend repeats every UUID.
+            self._broadcast_clock.update()
+            base = self._broadcast_clock.tick()
+            for _ in range(2 * len(channels)):
+                self._broadcast_clock.tick()
+        message.uuid = str(build_uuid(self._broadcast_producer, base, OUTSIDE_TXN))
+        request = pb.BroadcastRequest(channels=list(channels), message=message)
+        deadline = time.monotonic() + self.retry_timeout
+        delay = 0.05
+        while True:
+            try:
+                resp = self._unary("Broadcast", request, self._owner_address(channels[0]))
+                _check(resp.error)
+                return [MessageID._of(i) for i in resp.ids]
+            except StreamingError as exc:
+                # Lost replies, dead or fenced nodes: resend (a duplicate is dropped by
+                # readers). A channel that does not exist anywhere: give up at once.
+                if exc.code not in RETRIABLE or time.monotonic() >= deadline:
+                    raise
+                if exc.code == Code.CHANNEL_NOT_EXIST:
+                    for name in channels:
+                        self.describe_channel(name)  # raises for a missing channel
+                log.info("broadcast to %s: %s; resending", list(channels), exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     # Consuming --------------------------------------------------------------------------
 
     def read(self, channel: str, policy: Policy | None = None,
              filters: Iterable[Filter] = (), *, time_ticks: bool = False,
              address: str | None = None) -> Scanner:
-        """A Scanner over the committed messages of `channel` (any node serves reads)."""
+        """A Scanner over the committed messages of `channel` (any node serves reads:
+        `address` first, then the client's others). It survives its node's death: see
+        Scanner."""
         request = pb.ConsumeRequest(
             channel=pb.ChannelInfo(name=channel),
             deliver_policy=_policy_pb(policy or DeliverAll()),
             deliver_filters=[_filter_pb(f) for f in filters],
             time_ticks=time_ticks,
         )
-        targets = [address] if address else list(self.addresses)
-        error: StreamingError | None = None
-        for target in targets:
-            call = self._stub(target).Consume(request, metadata=self._metadata)
-            try:
-                return Scanner(call, target)
-            except StreamingError as exc:
-                error = exc
-                if exc.code != Code.ON_SHUTDOWN:
-                    raise
-        assert error is not None
-        raise error
+        targets = list(self.addresses)
+        if address:
+            targets = [address] + [a for a in targets if a != address]
+        return Scanner(self, request, targets)
 
     def close(self) -> None:
         with self._lock:
@@ -834,11 +1093,15 @@ def connect(
     tls: bool = False,
     retry_timeout: float = 30.0,
     timeout: float = 30.0,
+    interceptors: Sequence[Any] = (),
 ) -> StreamingClient:
     """A client of the streaming nodes at `address` (`host:port`, a comma-separated list, or
     a sequence). `token`: the nodes' bearer token. `tls_ca`: PEM bytes or a file of the CA
     to trust (or `tls=True` for the system's). `retry_timeout`: how long a producer keeps
-    looking for a channel's new owner after a failure before failing its requests."""
+    looking for a channel's new owner after a failure before failing its requests (and a
+    scanner, a broadcast or a transaction how long they wait for a node to resume on).
+    `interceptors`: gRPC client interceptors wrapped around every node channel (tracing,
+    metrics, fault injection)."""
     addresses = [a.strip() for a in address.split(",")] if isinstance(address, str) \
         else list(address)
     ca: bytes | None
@@ -847,4 +1110,5 @@ def connect(
     else:
         ca = tls_ca
     return StreamingClient([a for a in addresses if a], token=token, tls_ca=ca, tls=tls,
-                           retry_timeout=retry_timeout, timeout=timeout)
+                           retry_timeout=retry_timeout, timeout=timeout,
+                           interceptors=interceptors)

@@ -2,7 +2,8 @@
 
 A node owns channels under terms recorded in the store (`oncelog.streaming.meta`). For each
 Produce stream it appends every request's messages as ONE journal append (so a request is
-atomic: all its messages land in one fragment, or none) through the node's single
+atomic: all its messages land in one fragment, or none; a batch of requests is one append
+too, each request keeping its own validation and answer) through the node's single
 `JournalClient`, whose appender group-commits the appends of every stream of a channel into
 one fragment per flush. A request is answered only once its append is durable AND the node
 has checked, after that, that no higher term of the channel exists (one LIST, shared by
@@ -207,6 +208,19 @@ class _Pending:
     txn_id: int = 0
     time_tick: int = 0
     on_durable: Callable[[], None] | None = None
+    # A ProduceBatchRequest: per request (id, error answer or None, message sizes, tick);
+    # the valid ones' bytes are `appends[0]`, in this order.
+    batch: list[_BatchItem] | None = None
+
+
+@dataclass(slots=True)
+class _BatchItem:
+    """One request of a batch: its error answer, or the sizes of its messages (appended)."""
+
+    request_id: int
+    error: pb.StreamingError | None = None
+    sizes: list[int] = field(default_factory=list)
+    time_tick: int = 0
 
 
 class _ProducerStream:
@@ -251,6 +265,8 @@ class _ProducerStream:
             self.pending.put(None)
 
     def _handle(self, kind: str | None, req: pb.ProduceRequest) -> _Pending:
+        if kind == "batch":
+            return self._batch(req.batch)
         body: Any = getattr(req, kind) if kind else None
         request_id = int(getattr(body, "request_id", 0))
         if kind not in ("produce", "begin_txn", "commit_txn", "rollback_txn"):
@@ -267,6 +283,8 @@ class _ProducerStream:
         if self.node.closing:
             return self._answer(request_id, Code.ON_SHUTDOWN, "the node is shutting down")
         try:
+            if kind in ("commit_txn", "rollback_txn") and body.orphan:
+                return self._orphan_ack(request_id, body)
             if kind == "produce":
                 return self._produce(request_id, body)
             if kind == "begin_txn":
@@ -279,6 +297,93 @@ class _ProducerStream:
         except Exception as exc:  # noqa: BLE001 - the store failed: answer, keep serving
             log.warning("produce to %r failed: %s", self.channel.name, exc)
             return self._answer(request_id, Code.INNER, f"{type(exc).__name__}: {exc}")
+
+    def _batch(self, body: pb.ProduceBatchRequest) -> _Pending:
+        """Validate each request of a batch on its own (request ids, messages, UUIDs), then
+        append every valid one in ONE journal append: each stays contiguous and atomic, and
+        the batch costs one appender round, one write and one fencing check."""
+        items: list[_BatchItem] = []
+        parts: list[tuple[_BatchItem, list[bytes] | None, Any]] = []
+        for sub in body.requests:
+            item = _BatchItem(int(sub.request_id))
+            items.append(item)
+            try:
+                if item.request_id <= self.last_request:
+                    raise StreamingError(
+                        Code.INVALID_REQUEST_SEQ,
+                        f"request id {item.request_id} is not above the previous one "
+                        f"({self.last_request})",
+                    )
+                self.last_request = item.request_id
+                if self.channel.fenced is not None:
+                    raise StreamingError(Code.CHANNEL_FENCED, self.channel.fenced)
+                if self.node.closing:
+                    raise StreamingError(Code.ON_SHUTDOWN, "the node is shutting down")
+                if sub.txn_id:
+                    raise StreamingError(Code.INVALID_ARGUMENT,
+                                         "transactional requests cannot be batched")
+                lines, tick = self._committed_lines(sub)
+            except StreamingError as exc:
+                item.error = _err(exc.code, exc.cause)
+                continue
+            except Exception as exc:  # noqa: BLE001 - answered; the others go on
+                item.error = _err(Code.INNER, f"{type(exc).__name__}: {exc}")
+                continue
+            if lines is None:
+                parts.append((item, None, sub.messages))  # stamped below, in append order
+            else:
+                item.sizes = [len(line) for line in lines]
+                item.time_tick = tick
+                parts.append((item, lines, None))
+        pending = _Pending(items[-1].request_id if items else 0, batch=items)
+        if not parts:
+            return pending
+        try:
+            aa: AsyncAppend = self.node.client.start_append(self.channel.name)
+        except Exception as exc:  # noqa: BLE001 - the store failed: answer, keep serving
+            log.warning("produce to %r failed: %s", self.channel.name, exc)
+            for item, _, _ in parts:
+                item.error = _err(Code.INNER, f"{type(exc).__name__}: {exc}")
+            return pending
+        try:
+            chunks: list[bytes] = []
+            for item, lines, messages in parts:
+                if lines is None:
+                    self.clock.update()
+                    lines = []
+                    for msg in messages:
+                        item.time_tick = self.clock.tick()
+                        lines.append(encode_message(
+                            msg, str(build_uuid(self.own_producer, item.time_tick, OUTSIDE_TXN))))
+                    item.sizes = [len(line) for line in lines]
+                chunks.extend(lines)
+            aa.write(b"".join(chunks))
+        except BaseException:
+            aa.abort()
+            raise
+        aa.release()
+        self.channel.last_append = time.monotonic()
+        pending.appends = [aa]
+        return pending
+
+    def _committed_lines(self, body: pb.ProduceMessageRequest) -> tuple[list[bytes] | None, int]:
+        """The stored lines of a committed request whose messages carry UUIDs (checked, and
+        the stream's producer clock advanced), or None if the node is to stamp them."""
+        self._check_messages(body.messages)
+        stamped = [bool(m.uuid) for m in body.messages]
+        if not any(stamped):
+            return None, 0
+        if not all(stamped):
+            raise StreamingError(
+                Code.INVALID_ARGUMENT, "either every message of a request has a UUID or none"
+            )
+        lines: list[bytes] = []
+        producer, last = self.client_producer, self.client_clock
+        for msg in body.messages:
+            producer, last = self._client_uuid(msg.uuid, OUTSIDE_TXN, producer, last)
+            lines.append(encode_message(msg, msg.uuid))
+        self.client_producer, self.client_clock = producer, last
+        return lines, last
 
     @staticmethod
     def _answer(request_id: int, code: Code, cause: str) -> _Pending:
@@ -334,24 +439,12 @@ class _ProducerStream:
         return got_producer, clock
 
     def _produce(self, request_id: int, body: pb.ProduceMessageRequest) -> _Pending:
-        self._check_messages(body.messages)
         if body.txn_id:
+            self._check_messages(body.messages)
             return self._produce_txn(request_id, body)
-        lines: list[bytes] = []
-        stamped = [bool(m.uuid) for m in body.messages]
-        if any(stamped) and not all(stamped):
-            raise StreamingError(
-                Code.INVALID_ARGUMENT, "either every message of a request has a UUID or none"
-            )
-        clocks: list[int] = []
-        if all(stamped):
-            producer, last = self.client_producer, self.client_clock
-            for msg in body.messages:
-                producer, last = self._client_uuid(msg.uuid, OUTSIDE_TXN, producer, last)
-                clocks.append(last)
-                lines.append(encode_message(msg, msg.uuid))
-            self.client_producer, self.client_clock = producer, last
-            return self._append(request_id, lines, clocks[-1])
+        lines, tick = self._committed_lines(body)
+        if lines is not None:
+            return self._append(request_id, lines, tick)
         return self._append(request_id, body.messages, 0, stamp=OUTSIDE_TXN)
 
     def _append(
@@ -500,6 +593,30 @@ class _ProducerStream:
             txn.state = "committed"
             return pending
 
+    def _orphan_ack(self, request_id: int, body: Any) -> _Pending:
+        """Commit or roll back a transaction opened on a node that died: append the client's
+        ACK as it is (after the fencing check, like a commit). Its messages are durable (the
+        client commits an orphan only once every append was acknowledged), so the ACK alone
+        commits them, or, re-asserting the clock before them, rolls them back. A copy of an
+        ACK the dead node appended already changes nothing."""
+        if not body.ack_uuid:
+            raise StreamingError(Code.INVALID_ARGUMENT, "an orphan commit or rollback needs "
+                                 "its ack_uuid")
+        try:
+            _, clock, flags = parse_uuid_fields(body.ack_uuid)
+        except ValueError:
+            raise StreamingError(Code.INVALID_ARGUMENT,
+                                 f"not a message UUID: {body.ack_uuid!r}") from None
+        if int(flags) != ACK_TXN or clock == 0:
+            raise StreamingError(Code.INVALID_ARGUMENT,
+                                 f"UUID {body.ack_uuid} is not an acknowledgement")
+        if not self.channel.confirm():
+            raise StreamingError(Code.CHANNEL_FENCED, self.channel.fenced or "fenced")
+        pending = self._append(request_id, [orjson.dumps({"uuid": body.ack_uuid}) + b"\n"],
+                               clock)
+        pending.sizes = [[]]
+        return pending
+
     def _result(self, request_id: int, txn_id: int) -> _Pending:
         answer = pb.ProduceResponse(
             produce=pb.ProduceMessageResponse(
@@ -568,11 +685,14 @@ class _ProducerStream:
                 results.append((item, [a.result() for a in item.appends]))
             except Exception as exc:  # noqa: BLE001 - answered as INNER
                 results.append((item, exc))
-        needs_check = any(item.answer is None for item in batch)
+        needs_check = any(item.answer is None and item.appends for item in batch)
         owner = self.channel.confirm() if needs_check else True
         for item, got in results:
             if item.answer is not None:
                 self.out.put(item.answer)
+                continue
+            if item.batch is not None:
+                self.out.put(self._batch_answer(item, got, owner))
                 continue
             if isinstance(got, Exception):
                 error = _err(Code.INNER, f"the append failed, its outcome unknown: {got}")
@@ -600,6 +720,42 @@ class _ProducerStream:
                                                    time_tick=item.time_tick),
                 )
             self.out.put(pb.ProduceResponse(produce=resp))
+
+    def _batch_answer(self, item: _Pending, got: list[Any] | Exception,
+                      owner: bool) -> pb.ProduceResponse:
+        """The answers of a batch: its invalid requests' errors; the appended ones' ids (or
+        the append's failure, or CHANNEL_FENCED: not acknowledged)."""
+        assert item.batch is not None
+        error: pb.StreamingError | None = None
+        if isinstance(got, Exception):
+            error = _err(Code.INNER, f"the append failed, its outcome unknown: {got}")
+        elif not owner and item.appends:
+            error = _err(
+                Code.CHANNEL_FENCED,
+                f"{self.channel.fenced}; this request is not acknowledged (it may be in "
+                "the journal: resend it with the same UUIDs to the new owner)",
+            )
+        begin = got[0].begin if got and not isinstance(got, Exception) else 0
+        name = self.channel.name
+        answers = []
+        for sub in item.batch:
+            if sub.error is not None:
+                answers.append(pb.ProduceMessageResponse(request_id=sub.request_id,
+                                                         error=sub.error))
+                continue
+            if error is not None:
+                answers.append(pb.ProduceMessageResponse(request_id=sub.request_id,
+                                                         error=error))
+                continue
+            ids = []
+            for size in sub.sizes:
+                ids.append(pb.MessageID(channel=name, begin=begin, end=begin + size))
+                begin += size
+            answers.append(pb.ProduceMessageResponse(
+                request_id=sub.request_id,
+                result=pb.ProduceMessageResult(ids=ids, time_tick=sub.time_tick),
+            ))
+        return pb.ProduceResponse(batch=pb.ProduceBatchResponse(responses=answers))
 
 
 # -- the service ------------------------------------------------------------------------------
@@ -863,6 +1019,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         yield pb.ProduceResponse(create=pb.CreateProducerResponse(
             producer_id=stream.producer_id,
             channel=pb.ChannelInfo(name=channel.name, term=channel.term),
+            max_request_bytes=self.config.max_request_bytes,
         ))
         pump = threading.Thread(target=stream.pump, args=(request_iterator,), daemon=True,
                                 name="oncelog-produce-pump")
@@ -904,6 +1061,8 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         context.add_callback(stop)
         ticks = request.time_ticks
         last_tick = 0
+        skip = request.skip  # a resumed consumer: these were delivered before
+        resume_after = request.resume_after if request.HasField("resume_after") else None
         it = read_committed(self.client, name, start, block=True, include_acks=True,
                             on_open=opened, on_error="skip")
         try:
@@ -912,13 +1071,24 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                     return
                 _, clock, flags = env.ids
                 if flags == Flags.ACK_TXN:
-                    if ticks and clock > last_tick:
+                    if ticks and clock > last_tick and not skip:
                         last_tick = clock
                         yield pb.ConsumeResponse(time_tick=pb.TimeTickResponse(
                             time_tick=clock, offset=env.end))
                     continue
                 doc = getattr(env.message, "doc", None)
                 if not isinstance(doc, dict) or not keep(clock, doc):
+                    continue
+                if skip:
+                    skip -= 1
+                    if not skip and resume_after is not None and (
+                            env.begin, env.end) != (resume_after.begin, resume_after.end):
+                        yield pb.ConsumeResponse(error=_err(
+                            Code.INVALID_ARGUMENT,
+                            f"cannot resume channel {name!r}: the last message delivered "
+                            f"before was [{resume_after.begin}, {resume_after.end}), now it "
+                            f"is [{env.begin}, {env.end})"))
+                        return
                     continue
                 yield pb.ConsumeResponse(consume=pb.ConsumeMessageResponse(
                     id=pb.MessageID(channel=name, begin=env.begin, end=env.end),
@@ -993,7 +1163,19 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             channels = [self._owned_channel(n, 0) for n in names]
             if not all(c.confirm() for c in channels):
                 raise StreamingError(Code.CHANNEL_FENCED, "a channel was taken by another node")
-            pub = Publisher(self.client)
+            if request.message.uuid:
+                # The client's producer and clocks: a resent broadcast repeats every UUID.
+                try:
+                    producer, clock, flags = parse_uuid_fields(request.message.uuid)
+                except ValueError as exc:
+                    raise StreamingError(Code.INVALID_ARGUMENT, str(exc)) from None
+                if int(flags) != OUTSIDE_TXN or producer == _NIL_PRODUCER or clock == 0:
+                    raise StreamingError(Code.INVALID_ARGUMENT, "a broadcast's UUID needs a "
+                                         f"producer, a clock and flags 0: {request.message.uuid}")
+                pub = Publisher(self.client, clock=Clock(clock - 1))
+                pub.producer_id = producer
+            else:
+                pub = Publisher(self.client)
             appends = []
             with pub.transaction():
                 for c in channels:

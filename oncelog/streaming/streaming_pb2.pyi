@@ -197,20 +197,22 @@ class ListChannelsResponse(_message.Message):
     def __init__(self, channels: _Optional[_Iterable[_Union[ChannelDescription, _Mapping]]] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("create", "produce", "begin_txn", "commit_txn", "rollback_txn", "close")
+    __slots__ = ("create", "produce", "begin_txn", "commit_txn", "rollback_txn", "close", "batch")
     CREATE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_FIELD_NUMBER: _ClassVar[int]
     BEGIN_TXN_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TXN_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_TXN_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     create: CreateProducerRequest
     produce: ProduceMessageRequest
     begin_txn: BeginTxnRequest
     commit_txn: CommitTxnRequest
     rollback_txn: RollbackTxnRequest
     close: CloseProducerRequest
-    def __init__(self, create: _Optional[_Union[CreateProducerRequest, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., begin_txn: _Optional[_Union[BeginTxnRequest, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxnRequest, _Mapping]] = ..., rollback_txn: _Optional[_Union[RollbackTxnRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ...) -> None: ...
+    batch: ProduceBatchRequest
+    def __init__(self, create: _Optional[_Union[CreateProducerRequest, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageRequest, _Mapping]] = ..., begin_txn: _Optional[_Union[BeginTxnRequest, _Mapping]] = ..., commit_txn: _Optional[_Union[CommitTxnRequest, _Mapping]] = ..., rollback_txn: _Optional[_Union[RollbackTxnRequest, _Mapping]] = ..., close: _Optional[_Union[CloseProducerRequest, _Mapping]] = ..., batch: _Optional[_Union[ProduceBatchRequest, _Mapping]] = ...) -> None: ...
 
 class CreateProducerRequest(_message.Message):
     __slots__ = ("channel",)
@@ -228,6 +230,12 @@ class ProduceMessageRequest(_message.Message):
     txn_id: int
     def __init__(self, request_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., txn_id: _Optional[int] = ...) -> None: ...
 
+class ProduceBatchRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[ProduceMessageRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[ProduceMessageRequest, _Mapping]]] = ...) -> None: ...
+
 class BeginTxnRequest(_message.Message):
     __slots__ = ("request_id", "vchannel", "keepalive_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -239,46 +247,62 @@ class BeginTxnRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., vchannel: _Optional[str] = ..., keepalive_ms: _Optional[int] = ...) -> None: ...
 
 class CommitTxnRequest(_message.Message):
-    __slots__ = ("request_id", "txn_id", "ack_uuid")
+    __slots__ = ("request_id", "txn_id", "ack_uuid", "orphan")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TXN_ID_FIELD_NUMBER: _ClassVar[int]
     ACK_UUID_FIELD_NUMBER: _ClassVar[int]
+    ORPHAN_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     txn_id: int
     ack_uuid: str
-    def __init__(self, request_id: _Optional[int] = ..., txn_id: _Optional[int] = ..., ack_uuid: _Optional[str] = ...) -> None: ...
+    orphan: bool
+    def __init__(self, request_id: _Optional[int] = ..., txn_id: _Optional[int] = ..., ack_uuid: _Optional[str] = ..., orphan: _Optional[bool] = ...) -> None: ...
 
 class RollbackTxnRequest(_message.Message):
-    __slots__ = ("request_id", "txn_id")
+    __slots__ = ("request_id", "txn_id", "ack_uuid", "orphan")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACK_UUID_FIELD_NUMBER: _ClassVar[int]
+    ORPHAN_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     txn_id: int
-    def __init__(self, request_id: _Optional[int] = ..., txn_id: _Optional[int] = ...) -> None: ...
+    ack_uuid: str
+    orphan: bool
+    def __init__(self, request_id: _Optional[int] = ..., txn_id: _Optional[int] = ..., ack_uuid: _Optional[str] = ..., orphan: _Optional[bool] = ...) -> None: ...
 
 class CloseProducerRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("create", "produce", "close")
+    __slots__ = ("create", "produce", "close", "batch")
     CREATE_FIELD_NUMBER: _ClassVar[int]
     PRODUCE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     create: CreateProducerResponse
     produce: ProduceMessageResponse
     close: CloseProducerResponse
-    def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ...) -> None: ...
+    batch: ProduceBatchResponse
+    def __init__(self, create: _Optional[_Union[CreateProducerResponse, _Mapping]] = ..., produce: _Optional[_Union[ProduceMessageResponse, _Mapping]] = ..., close: _Optional[_Union[CloseProducerResponse, _Mapping]] = ..., batch: _Optional[_Union[ProduceBatchResponse, _Mapping]] = ...) -> None: ...
+
+class ProduceBatchResponse(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[ProduceMessageResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[ProduceMessageResponse, _Mapping]]] = ...) -> None: ...
 
 class CreateProducerResponse(_message.Message):
-    __slots__ = ("producer_id", "channel", "error")
+    __slots__ = ("producer_id", "channel", "error", "max_request_bytes")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     producer_id: int
     channel: ChannelInfo
     error: StreamingError
-    def __init__(self, producer_id: _Optional[int] = ..., channel: _Optional[_Union[ChannelInfo, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+    max_request_bytes: int
+    def __init__(self, producer_id: _Optional[int] = ..., channel: _Optional[_Union[ChannelInfo, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ..., max_request_bytes: _Optional[int] = ...) -> None: ...
 
 class ProduceMessageResponse(_message.Message):
     __slots__ = ("request_id", "result", "error")
@@ -345,16 +369,20 @@ class DeliverFilter(_message.Message):
     def __init__(self, time_tick_gt: _Optional[_Union[DeliverFilterTimeTickGT, _Mapping]] = ..., time_tick_gte: _Optional[_Union[DeliverFilterTimeTickGTE, _Mapping]] = ..., vchannel: _Optional[_Union[DeliverFilterVChannel, _Mapping]] = ...) -> None: ...
 
 class ConsumeRequest(_message.Message):
-    __slots__ = ("channel", "deliver_policy", "deliver_filters", "time_ticks")
+    __slots__ = ("channel", "deliver_policy", "deliver_filters", "time_ticks", "skip", "resume_after")
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     DELIVER_POLICY_FIELD_NUMBER: _ClassVar[int]
     DELIVER_FILTERS_FIELD_NUMBER: _ClassVar[int]
     TIME_TICKS_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
+    RESUME_AFTER_FIELD_NUMBER: _ClassVar[int]
     channel: ChannelInfo
     deliver_policy: DeliverPolicy
     deliver_filters: _containers.RepeatedCompositeFieldContainer[DeliverFilter]
     time_ticks: bool
-    def __init__(self, channel: _Optional[_Union[ChannelInfo, _Mapping]] = ..., deliver_policy: _Optional[_Union[DeliverPolicy, _Mapping]] = ..., deliver_filters: _Optional[_Iterable[_Union[DeliverFilter, _Mapping]]] = ..., time_ticks: _Optional[bool] = ...) -> None: ...
+    skip: int
+    resume_after: MessageID
+    def __init__(self, channel: _Optional[_Union[ChannelInfo, _Mapping]] = ..., deliver_policy: _Optional[_Union[DeliverPolicy, _Mapping]] = ..., deliver_filters: _Optional[_Iterable[_Union[DeliverFilter, _Mapping]]] = ..., time_ticks: _Optional[bool] = ..., skip: _Optional[int] = ..., resume_after: _Optional[_Union[MessageID, _Mapping]] = ...) -> None: ...
 
 class ConsumeResponse(_message.Message):
     __slots__ = ("create", "consume", "time_tick", "error")

@@ -47,6 +47,10 @@ class Node:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
+    def pause(self) -> None:
+        """SIGSTOP: the node keeps its sockets but answers nothing (a zombie)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -1,4 +1,4 @@
-"""Failover: two nodes, producers in other processes, the owner SIGKILLed mid-stream; every
+"""Failover: two nodes, four producer processes, the owner SIGKILLed mid-stream; every
 acknowledged message is read committed exactly once afterwards."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from oncelog.streaming import connect
 from oncelog.testing.fixtures import StoreTarget
 
 HERE = Path(__file__).resolve().parent
-COUNT = 3000
+COUNT = 2000
 
 
 @pytest.mark.slow
@@ -30,7 +30,7 @@ def test_sigkill_owner_during_produce(any_store: StoreTarget, start_node: Any) -
     client.create_channel("fo", address=a.address)
     addresses = f"{a.address},{b.address}"
     producers = []
-    for name in ("p1", "p2"):
+    for name in ("p1", "p2", "p3", "p4"):
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "streaming_producer.py"), addresses, "fo", name,
              str(COUNT)],
@@ -38,7 +38,7 @@ def test_sigkill_owner_during_produce(any_store: StoreTarget, start_node: Any) -
         )
         first, lines = wait_for_line(proc, "acked ", 60)
         producers.append((proc, [first], lines))
-    # Let both get well under way, then kill the owner.
+    # Let all get well under way, then kill the owner.
     for _, seen, lines in producers:
         while len(seen) < 50:
             line = lines.get(timeout=60)
@@ -62,8 +62,8 @@ def test_sigkill_owner_during_produce(any_store: StoreTarget, start_node: Any) -
         assert seen[-1] == "done", seen[-5:]
         assert not [s for s in seen if s.startswith("failed")], seen
         acked += [s.split()[1] for s in seen if s.startswith("acked ")]
-    assert len(acked) == 2 * COUNT
-    # Both were still producing when the owner died.
+    assert len(acked) == len(producers) * COUNT
+    # All were still producing when the owner died.
     assert all(n < COUNT for n in at_kill), at_kill
 
     desc = client.describe_channel("fo")
