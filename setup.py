@@ -1,6 +1,6 @@
 """Build hook for the optional C speed-ups; everything else is in pyproject.toml.
 
-`oncelog._speedups` accelerates JSON-lines decoding and `Sequencer.sequence()`. It is
+`oncelog._speedups` accelerates JSON-lines decoding and sequencing (`Sequencer`). It is
 optional: without a C compiler the build goes on and oncelog runs its pure-Python path
 (the same results, slower). Set `ONCELOG_REQUIRE_SPEEDUPS=1` (CI does) to make a failed
 compile fail the build instead of being skipped with a warning.
@@ -20,6 +20,14 @@ setup(
             sources=["oncelog/_speedups.c"],
             optional=not required,
             extra_compile_args=["-O2"],
-        )
+        ),
+        # Bulk stamping and framing for Publisher.publish_many (pure fallback:
+        # oncelog._bulkframing); optional, and required in CI, like the one above.
+        Extension(
+            "oncelog._bulk",
+            sources=["oncelog/_bulk.c"],
+            optional=not required,
+            extra_compile_args=["-O2"],
+        ),
     ]
 )

@@ -18,10 +18,22 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
+from oncelog import _bulkframing
 from oncelog.errors import FencedOut, OncelogError
 from oncelog.framing import Framing, for_content_type
+from oncelog.framing.base import EncodeError
+from oncelog.framing.base import _registry as _framings
+from oncelog.framing.jsonlines import JSONFraming
 from oncelog.mapping import PartitionSpec, content_type_of
-from oncelog.message import Clock, Flags, Message, build_uuid, new_producer_id
+from oncelog.message import (
+    Clock,
+    Flags,
+    JSONMessage,
+    Message,
+    build_uuid,
+    new_producer_id,
+    uuid_text,
+)
 
 if TYPE_CHECKING:
     from oncelog.journal import AppendResult, AsyncAppend, JournalClient
@@ -40,6 +52,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RECOVERY_ATTEMPTS = 8
+_MASK64 = (1 << 64) - 1
+_PRUNE_AT = 1024  # appends kept in `_outstanding` before the durable ones are forgotten
+
+
+_OUTSIDE_TXN = Flags.OUTSIDE_TXN
+_CONTINUE_TXN = Flags.CONTINUE_TXN
 
 Mapping = Callable[[Any], "tuple[str, str]"]
 """A mapping picks a message's journal: `mapping(msg) -> (journal_name, content_type)`."""
@@ -168,7 +186,8 @@ class Publisher:
         # Per journal, the clock a read-committed reader last saw acknowledged from us:
         # a rollback re-asserts it.
         self._acked: dict[str, int] = {}
-        self._outstanding: deque[AsyncAppend] = deque()
+        self._outstanding: deque[AsyncAppend] = deque()  # guarded by _lock, as _acked
+        self._prune_at = _PRUNE_AT
         self._lock = threading.Lock()
         self._in_transaction = False
         # Guards the open transaction against its keepalive expiring it meanwhile.
@@ -203,12 +222,9 @@ class Publisher:
 
     def publish_committed(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
         """Append `msg` for immediate read-committed delivery (Flags.OUTSIDE_TXN)."""
-        self._check_usable()
-        journal, _, clock, append = self._publish(mapping, msg, Flags.OUTSIDE_TXN)
-        with self._lock:
-            if clock > self._acked.get(journal, 0):
-                self._acked[journal] = clock
-        return append
+        if self._fenced or self._broken or self._expired:
+            self._check_usable()
+        return self._publish(mapping, msg, _OUTSIDE_TXN)[3]
 
     def publish_uncommitted(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
         """Append `msg` as part of the open transaction (Flags.CONTINUE_TXN).
@@ -217,9 +233,12 @@ class Publisher:
         from `build_ack_intents` (or `transaction()`'s commit) is appended.
         """
         with self._txn_lock:
-            self._check_usable()
+            if self._fenced or self._broken or self._expired:
+                self._check_usable()
+            # _before_uncommitted matters only with a transactional id.
+            before = None if self._log is None else self._before_uncommitted
             journal, framing, clock, append = self._publish(
-                mapping, msg, Flags.CONTINUE_TXN, self._before_uncommitted
+                mapping, msg, _CONTINUE_TXN, before
             )
             if journal not in self._pending:
                 pending = _Pending(msg.new_acknowledgement(journal), framing, clock)
@@ -277,6 +296,168 @@ class Publisher:
             appends = [self.publish_uncommitted(mapping, m) for m in messages]
         return [a.result() for a in appends]
 
+    def publish_many(
+        self,
+        mapping: Mapping,
+        messages: Iterable[Any],
+        *,
+        committed: bool | None = None,
+    ) -> list["AsyncAppend"]:
+        """Publish many messages with one append per journal, stamped and framed in bulk.
+
+        `messages` are JSON documents (dicts, or `JSONMessage`s) or any other `Message`;
+        `mapping` is called with each as given. `committed`: True stamps them
+        `OUTSIDE_TXN` (as `publish_committed`), False `CONTINUE_TXN` (as
+        `publish_uncommitted`: part of the open transaction), None (the default) picks
+        False inside `transaction()` and True outside.
+
+        Per journal, the messages take consecutive clocks under one producer and flags and
+        are written as ONE append (never split across fragments): a crash leaves all of a
+        journal's part or none of it. Committed over several journals, each journal's part
+        is atomic on its own; inside a transaction, the transaction is atomic as a whole.
+        To JSON-lines journals the UUID text is formatted straight into the frames (the C
+        path, `oncelog._bulk`, encodes the whole batch with one `orjson.dumps`), which are
+        byte for byte what `publish_*` of the same documents at the same clocks write.
+        Unlike `publish_*`, the documents are NOT modified (no UUID field is set in them);
+        other messages are stamped with `set_uuid` and marshalled one by one, still into
+        one append per journal.
+
+        Nothing is appended if a message fails `validate()`, a mapping fails, or a JSON
+        batch is not all dicts (EncodeError); an encoding error in one journal's part
+        leaves the parts of journals before it appended. Safe from many threads when
+        committed (as `publish_committed`); uncommitted, it belongs to the transaction's
+        thread. Returns one `AsyncAppend` per journal, in the order of first appearance.
+        """
+        items = messages if type(messages) is list else list(messages)
+        if not items:
+            return []
+        if committed is None:
+            committed = not self._in_transaction
+        if committed:
+            self._check_usable()
+            return self._publish_many(mapping, items, Flags.OUTSIDE_TXN)
+        with self._txn_lock:
+            self._check_usable()
+            appends = self._publish_many(mapping, items, Flags.CONTINUE_TXN)
+            if self._keepalive is not None:
+                self._keepalive.touch()
+            return appends
+
+    def _publish_many(
+        self, mapping: Mapping, items: list[Any], flags: Flags
+    ) -> list["AsyncAppend"]:
+        for item in items:
+            if type(item) is not dict and type(item) is not JSONMessage:
+                validate = getattr(item, "validate", None)
+                if validate is not None:
+                    validate()  # raises: nothing is published
+        routes = list(map(mapping, items))
+        first_route = routes[0]
+        if type(first_route) is not tuple:  # a list, say: group by a hashable route
+            routes = [(journal, content_type) for journal, content_type in routes]
+            first_route = routes[0]
+        groups: dict[tuple[str, str], list[Any]]
+        if routes.count(first_route) == len(routes):
+            groups = {first_route: items}
+        else:
+            groups = {}
+            for route, item in zip(routes, items):
+                group = groups.get(route)
+                if group is None:
+                    groups[route] = [item]
+                else:
+                    group.append(item)
+        plans = []
+        for (journal, content_type), group in groups.items():
+            if flags is Flags.OUTSIDE_TXN and journal in self._pending:
+                raise TransactionError(
+                    f"journal {journal!r} has uncommitted messages of this publisher: a "
+                    "committed message there would roll them back (Gazette's sequencing); "
+                    "commit or roll back first"
+                )
+            framing = _framings.get(content_type) or for_content_type(content_type)
+            plans.append((journal, framing, self._bulk_form(journal, framing, group)))
+        appends = []
+        for journal, framing, (docs, key, template) in plans:
+            if self._auto_clock:
+                self.clock.update()
+            if flags is Flags.CONTINUE_TXN:
+                self._before_uncommitted(journal, framing, template)
+            append = self.client.start_append(journal)
+            try:
+                # Clocks are taken only while holding the journal's append order (as in
+                # _publish), so they increase in journal order under concurrent publishing.
+                first = self.clock.reserve(len(docs))
+                if key is not None:
+                    data = _bulkframing.frame_json(docs, key, self.producer_id, first, flags)
+                else:
+                    data = self._marshal_each(framing, docs, first, flags)
+                append.write(data)
+            except BaseException:
+                append.abort()
+                raise
+            append.release()
+            self._track(append)
+            last = first + len(docs) - 1
+            if flags is Flags.OUTSIDE_TXN:
+                with self._lock:
+                    if last > self._acked.get(journal, 0):
+                        self._acked[journal] = last
+            elif journal not in self._pending:
+                pending = _Pending(template.new_acknowledgement(journal), framing, first)
+                self._pending[journal] = pending
+                self._templates.setdefault(journal, pending)
+            appends.append(append)
+        return appends
+
+    @staticmethod
+    def _bulk_form(
+        journal: str, framing: Framing, group: list[Any]
+    ) -> tuple[list[Any], str | None, Message]:
+        """(documents or messages, the UUID field if they are JSON documents framed in bulk
+        else None, a message to build ACKs from) of one journal's part of a batch."""
+        first = group[0]
+        if isinstance(framing, JSONFraming):
+            if type(first) is dict:
+                key = framing.uuid_field
+                if all(type(d) is dict for d in group):
+                    return group, key, JSONMessage({}, key)
+            elif type(first) is JSONMessage:
+                key = first.uuid_field
+                docs = [m.doc for m in group if type(m) is JSONMessage and m.uuid_field == key]
+                if len(docs) == len(group):
+                    return docs, key, first
+            for index, item in enumerate(group):
+                if not isinstance(item, (dict, JSONMessage)):
+                    raise EncodeError(
+                        f"publish_many to journal {journal!r}: message {index} is a "
+                        f"{type(item).__name__}, not a dict or a JSONMessage: a JSON frame "
+                        "must be an object; nothing was published"
+                    )
+            # Mixed dicts and messages, or several UUID fields: one at a time.
+            messages = [d if isinstance(d, JSONMessage) else JSONMessage(d) for d in group]
+            return messages, None, messages[0]
+        for index, item in enumerate(group):
+            if not isinstance(item, Message):
+                raise TypeError(
+                    f"publish_many to journal {journal!r} ({framing.content_type}): message "
+                    f"{index} is a {type(item).__name__}, not a Message; nothing was published"
+                )
+        return group, None, first
+
+    def _marshal_each(self, framing: Framing, messages: list[Any], first: int, flags: int) -> bytes:
+        """Stamp and marshal messages one at a time (framings without a bulk path)."""
+        producer = self.producer_id
+        parts = []
+        for i, msg in enumerate(messages):
+            clock = (first + i) & _MASK64
+            if type(msg) is JSONMessage:
+                msg.doc[msg.uuid_field] = _bulkframing.format_uuid(producer, clock, flags)
+            else:
+                msg.set_uuid(build_uuid(producer, clock, flags))
+            parts.append(framing.marshal(msg))
+        return b"".join(parts)
+
     def _publish(
         self,
         mapping: Mapping,
@@ -284,39 +465,70 @@ class Publisher:
         flags: Flags,
         before: Callable[[str, Framing, Message], None] | None = None,
     ) -> tuple[str, Framing, int, "AsyncAppend"]:
-        if self._auto_clock:
+        # The hot path of every publish: attribute lookups and calls kept to a minimum.
+        # With a transactional id, `before` may reserve a clock for the journal's first
+        # message: the clock moves to now before that (else together with the tick).
+        advance = self._auto_clock and self._log is None
+        if self._auto_clock and not advance:
             self.clock.update()
-        validate = getattr(msg, "validate", None)
-        if validate is not None:
-            validate()  # raises: the message is not published
+        json = type(msg) is JSONMessage
+        if not json:
+            validate = getattr(msg, "validate", None)
+            if validate is not None:
+                validate()  # raises: the message is not published
         journal, content_type = mapping(msg)
-        if flags is Flags.OUTSIDE_TXN and journal in self._pending:
+        committed = flags is _OUTSIDE_TXN
+        if committed and journal in self._pending:
             raise TransactionError(
                 f"journal {journal!r} has uncommitted messages of this publisher: a committed "
                 "message there would roll them back (Gazette's sequencing); commit or roll "
                 "back first"
             )
-        framing = for_content_type(content_type)
+        # The registry's keys are normalized content types: a hit is what for_content_type
+        # would find; anything else takes the full lookup.
+        framing = _framings.get(content_type) or for_content_type(content_type)
         if before is not None:
             before(journal, framing, msg)
         append = self.client.start_append(journal)
         try:
             # The UUID is stamped only while holding the journal's append order, so
             # clocks increase in journal order even under concurrent publishing.
-            clock = self.clock.tick()
-            msg.set_uuid(build_uuid(self.producer_id, clock, flags))
+            clock = self.clock.advance() if advance else self.clock.tick()
+            if json:
+                native = _bulkframing.native
+                msg.doc[msg.uuid_field] = (  # type: ignore[attr-defined]
+                    native.format_uuid(self.producer_id, clock, flags)
+                    if native is not None
+                    else uuid_text(self.producer_id, clock, flags)
+                )
+            else:
+                msg.set_uuid(build_uuid(self.producer_id, clock, flags))
             append.write(framing.marshal(msg))
         finally:
             append.release()
-        self._track(append)
+        with self._lock:
+            outstanding = self._outstanding
+            outstanding.append(append)
+            if len(outstanding) > self._prune_at:
+                self._prune()
+            if committed and clock > self._acked.get(journal, 0):
+                self._acked[journal] = clock
         return journal, framing, clock, append
 
     def _track(self, append: "AsyncAppend") -> None:
         with self._lock:
-            outstanding = self._outstanding
-            outstanding.append(append)
-            while outstanding and outstanding[0].done():
-                outstanding.popleft()
+            self._outstanding.append(append)
+            if len(self._outstanding) > self._prune_at:
+                self._prune()
+
+    def _prune(self) -> None:
+        """Forget the appends already durable from the front of `_outstanding` (caller holds
+        `_lock`). Done in bulk, once the deque outgrows `_prune_at`, rather than per publish:
+        the bound doubles while appends stay pending, and shrinks back once they are done."""
+        outstanding = self._outstanding
+        while outstanding and outstanding[0].done():
+            outstanding.popleft()
+        self._prune_at = max(_PRUNE_AT, 2 * len(outstanding))
 
     # -- transactions ------------------------------------------------------------------
 
