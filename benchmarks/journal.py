@@ -6,8 +6,9 @@ end, fragments of up to 64 MiB: `--length`), appends the same records again in c
 with a fresh client in 1 MiB reads, on local disk and on an S3 test server (moto, started in
 a child process). Baselines,
 measured in the same run: writing one plain file of the same bytes (local: write + fsync;
-S3: one PUT / multipart upload) and reading it back. Each oncelog figure is printed beside
-its baseline as a ratio.
+S3: one PUT / multipart upload) and reading it back (local: also reading it back while
+computing the CRC-32C of every 1 MiB read, the least any reader that checks every byte
+can do). Each oncelog figure is printed beside its baseline as a ratio.
 
     .venv/bin/python benchmarks/journal.py            # 200 MB, local disk and S3
     .venv/bin/python benchmarks/journal.py --quick    # 20 MB smoke run
@@ -31,6 +32,8 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator
+
+import crc32c
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -154,8 +157,13 @@ def bench_local(records: list[bytes], data: bytes, sync_appends: int) -> list[Ro
                 while f.read(READ_SIZE):
                     pass
 
+        def raw_read_crc() -> None:
+            with open(raw_path, "rb") as f:
+                while chunk := f.read(READ_SIZE):
+                    crc32c.crc32c(chunk)
+
         suite = Suite("local", f"file://{root}/journals", {}, "raw write + fsync")
-        return suite.run(records, data, raw_write, raw_read, sync_appends)
+        return suite.run(records, data, raw_write, raw_read, sync_appends, raw_read_crc)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -204,10 +212,12 @@ class Suite:
         raw_write: Callable[[], None],
         raw_read: Callable[[], None],
         sync_appends: int,
+        raw_read_crc: Callable[[], None] | None = None,
     ) -> list[Row]:
         mb = len(data) / 1e6
         t_raw_write = timed(raw_write)
         t_raw_read = timed(raw_read)
+        t_raw_read_crc = timed(raw_read_crc) if raw_read_crc is not None else None
 
         writer = open_journals(self.url, **self.options)
         writer.create(JournalSpec("bench/part-000", fragment=self.spec))
@@ -254,7 +264,7 @@ class Suite:
                 mb / t_many,
                 baseline_name=self.write_baseline,
                 baseline=mb / t_raw_write,
-                target=0.5,
+                target=0.7,
                 note=f"start_append_many per {MANY} records, one flush; "
                 f"{len(many_fragments)} fragments; appending took {t_many_loop:.2f} s, "
                 f"the last fragment {t_many - t_many_loop:.2f} s more",
@@ -268,6 +278,18 @@ class Suite:
                 target=0.7,
             ),
         ]
+        if t_raw_read_crc is not None:
+            rows.append(
+                Row(
+                    self.label,
+                    "read back (the same read)",
+                    mb / t_read,
+                    baseline_name="raw read + CRC-32C",
+                    baseline=mb / t_raw_read_crc,
+                    note="the floor of any reader checking every byte: the raw read, plus "
+                    "the CRC-32C of each 1 MiB it read",
+                )
+            )
         if sync_appends:
             client = open_journals(self.url, **self.options)
             client.create(JournalSpec("bench/sync", fragment=FragmentSpec()))
@@ -327,11 +349,12 @@ def print_rows(rows: list[Row]) -> None:
     print(head + f" {'ratio':>7} {'target':>7}")
     for r in rows:
         line = f"{r.backend:<10} {r.operation:<46} {r.value:>6.0f} {r.unit:<9}"
-        if r.baseline is not None and r.target is not None:
+        if r.baseline is not None:
             ratio = r.value / r.baseline
-            verdict = "ok" if ratio >= r.target else "below"
             line += f" {r.baseline_name:<18} {r.baseline:>5.0f} MB/s {ratio:>6.2f}x"
-            line += f" {r.target:>5.1f}x {verdict}"
+            if r.target is not None:
+                verdict = "ok" if ratio >= r.target else "below"
+                line += f" {r.target:>5.1f}x {verdict}"
         print(line)
         if r.note:
             print(f"{'':<11}  ({r.note})")
@@ -375,22 +398,24 @@ def main() -> None:
     one, many = sha1_rates(data, cores)
     print(
         f"\nfor scale: SHA1 of the same bytes runs at {one:.0f} MB/s on one core and "
-        f"{many:.0f} MB/s on {cores} threads now; every byte appended or read is hashed once."
+        f"{many:.0f} MB/s on {cores} threads now; every byte appended is hashed once (the "
+        "SHA1 names its fragment), beside the write."
     )
-    import crc32c
-
     crc = len(data) / 1e6 / min(timed(lambda: crc32c.crc32c(data)) for _ in range(3))
     print(
         f"CRC-32C (what reads check when claims record it) runs at {crc:.0f} MB/s on one core; "
         "SHA1 is computed once per append (the fragment's name) and by `verify`."
     )
-    for r in rows:
-        if r.backend == "local" and r.operation.startswith("read") and r.baseline:
-            print(
-                f"local read ceiling with CRC-32C verification on one core: {crc:.0f} MB/s = "
-                f"{crc / r.baseline:.2f}x raw read (which copies page-cache bytes into one "
-                f"reused buffer); the {r.target}x target needs {r.target * r.baseline:.0f} MB/s."
-            )
+    local = [r for r in rows if r.backend == "local" and r.operation.startswith("read back")]
+    if len(local) == 2 and local[0].baseline and local[1].baseline and local[0].target:
+        raw, floor, target = local[0].baseline, local[1].baseline, local[0].target
+        print(
+            f"local read ceiling: the raw read plus the CRC-32C of each 1 MiB it read ran at "
+            f"{floor:.0f} MB/s = {floor / raw:.2f}x the raw read ({raw:.0f} MB/s, page cache "
+            f"to a fresh 1 MiB buffer); a checking reader also copies the checked bytes to its "
+            f"caller. The {target}x target needs {target * raw:.0f} MB/s: more than one core "
+            "reads and checks, so only checking spread over cores could reach it."
+        )
 
 
 if __name__ == "__main__":

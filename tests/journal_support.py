@@ -16,3 +16,28 @@ def new_journal(client: JournalClient, prefix: str = "t", **fragment: Any) -> st
     name = f"{prefix}/j-{next(_names)}-{uuid.uuid4().hex[:6]}"
     client.create(JournalSpec(name, fragment=FragmentSpec(**fragment)))
     return name
+
+
+def spy_local_block_reads(client: JournalClient, calls: list[tuple[Any, ...]]) -> None:
+    """Record the reads of raw fragments by blocks from local disk (which go through open
+    files, not the backend's read_range) as ("range", start, end) in the fragment."""
+    store = client.store
+    original = store.open_local
+
+    class Spy:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+            self.fragment, self.blocks = inner.fragment, inner.blocks
+
+        def read_blocks(self, lo: int, hi: int, buffer: bytearray) -> Any:
+            begin = self.fragment.begin
+            calls.append(("range", lo - begin, hi - begin))
+            return self.inner.read_blocks(lo, hi, buffer)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    def open_local(fragment: Any, blocks: Any) -> Any:
+        return Spy(original(fragment, blocks))
+
+    store.open_local = open_local  # type: ignore[method-assign]

@@ -8,8 +8,9 @@ import time
 from typing import Any
 
 import pytest
+from journal_support import new_journal
 
-from oncelog.journal import FragmentSpec, JournalSpec
+from oncelog.journal import AppendFailed, AppendResult, FragmentSpec, JournalSpec
 from oncelog.journal import appender as appender_module
 
 
@@ -234,3 +235,68 @@ def _append_in_child(url: str, size: int) -> None:
     assert appender_module._HASH_POOL is None
     child_client = open_journals(url)
     assert child_client.append("forked", b"c" * size).begin == size
+
+
+# -- what each batch stores ---------------------------------------------------------------------
+
+
+def test_each_batch_stores_only_its_own_bytes(store_url: Any) -> None:
+    """A small batch after a big one stores just its own bytes, and appends aborted or made
+    of wider items land where their results say."""
+    from array import array
+
+    client = store_url.open()
+    try:
+        name = new_journal(client)
+        big = bytes(range(256)) * 40  # 10,240 bytes
+        assert client.append(name, big) == AppendResult(0, len(big))
+        for i in range(3):  # each batch written before the next: buffers come back
+            aa = client.start_append(name)
+            aa.write(b"gone")
+            aa.abort()
+            with client.start_append(name) as aa:
+                aa.write(b"x%d" % i)
+            assert aa.result() == AppendResult(len(big) + 2 * i, len(big) + 2 * i + 2)
+        wide = array("i", [1, 2, 3])
+        with client.start_append(name) as aa:
+            assert aa.write(memoryview(wide)) == 3  # the item count, as len() gives
+            aa.write(bytearray(b"!"))
+        end = len(big) + 6 + wide.itemsize * 3 + 1
+        assert aa.result() == AppendResult(len(big) + 6, end)
+        many = client.start_append_many(name, [b"a", b"bc"]).result()
+        assert many == [AppendResult(end, end + 1), AppendResult(end + 1, end + 3)]
+        expected = big + b"x0x1x2" + wide.tobytes() + b"!abc"
+        fresh = store_url.open()
+        try:
+            assert fresh.read(name).read() == expected
+            lengths = [f.end - f.begin for f in fresh.fragments(name)]
+            assert lengths == [len(big), 2, 2, 2, wide.itemsize * 3 + 1, 3]
+        finally:
+            fresh.close()
+    finally:
+        client.close()
+
+
+def test_an_append_after_a_failed_one_is_stored_intact(memory_store: Any) -> None:
+    """A failed batch fails its appends only: the next append starts at the same offset and
+    its bytes are stored intact."""
+    client = memory_store.open(retry_timeout=0.2)
+    try:
+        name = new_journal(client)
+        backend: Any = client.store.backend.inner
+        original = backend.write
+        failing = [True]
+
+        def write(path: str, data: Any) -> None:
+            if failing[0]:
+                raise OSError("disk on fire")
+            original(path, data)
+
+        backend.write = write
+        with pytest.raises(AppendFailed):
+            client.append(name, b"first" * 100)
+        failing[0] = False
+        assert client.append(name, b"second") == AppendResult(0, 6)
+        assert client.read(name).read() == b"second"
+    finally:
+        client.close()

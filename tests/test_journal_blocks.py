@@ -7,6 +7,7 @@ append time and recorded in each claim) so that small fragments span many blocks
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from journal_support import new_journal
+from journal_support import new_journal, spy_local_block_reads
 
 from oncelog.framing import CONTENT_TYPE_JSON_LINES
 from oncelog.journal import (
@@ -91,6 +92,7 @@ def spy_reads(client: JournalClient) -> list[tuple[Any, ...]]:
         return orig_read(path, size_hint)
 
     backend.read_range, backend.read = read_range, read
+    spy_local_block_reads(client, calls)
     return calls
 
 
@@ -458,5 +460,70 @@ def test_read_committed_from_mid_fragment_raises_on_a_garbled_digit(
             assert fragment.content_name in str(info.value)
         finally:
             consumer.close()
+    finally:
+        client.close()
+
+
+# -- local disk: pieces read into reused buffers ------------------------------------------------
+
+
+def test_local_reads_by_pieces_return_the_right_bytes_across_reused_buffers(
+    local_store: Any, small_blocks: int
+) -> None:
+    """On local disk pieces of whole blocks are read into two buffers used in turn: reads
+    of any size, spanning many pieces and fragments, get exactly the journal's bytes, and a
+    fragment deleted while a reader is inside it (retirement, trim) is still read whole."""
+    from oncelog.journal import store as store_module
+
+    client = local_store.open()
+    try:
+        name = new_journal(client)
+        parts = [bytes([i]) * 7 + bytes(range(i, 256)) * (i + 1) for i in range(0, 250, 50)]
+        for part in parts:
+            client.append(name, part)
+        data = b"".join(parts)
+        with mock.patch.object(store_module, "LOCAL_READ_PIECE", 3 * small_blocks):
+            fresh = local_store.open()
+            try:
+                calls: list[tuple[Any, ...]] = []
+                spy_local_block_reads(fresh, calls)
+                for size in (1, 5, 64, 100, 191, 192, 193, 1000, len(data), -1):
+                    with fresh.read(name) as reader:
+                        got = bytearray()
+                        while chunk := reader.read(size):
+                            got += chunk
+                        assert bytes(got) == data, size
+                assert calls and all(e - s <= 3 * small_blocks for _, s, e in calls)
+                with fresh.read(name, offset=10) as reader:
+                    head = reader.read(20)
+                    first = fragment_of(fresh, name, 0)
+                    os.unlink(fresh.store.fragment_path(first))
+                    assert head + reader.read(-1) == data[10:]
+            finally:
+                fresh.close()
+    finally:
+        client.close()
+
+
+def test_a_local_fragment_whose_file_has_the_wrong_size_is_refused(
+    local_store: Any,
+) -> None:
+    """A raw fragment file longer or shorter than its name says is reported (journal,
+    fragment, offsets) before any of its bytes are returned."""
+    client = local_store.open()
+    try:
+        name = new_journal(client)
+        client.append(name, b"x" * 100)
+        fragment = fragment_of(client, name, 0)
+        path = client.store.fragment_path(fragment)
+        for content in (b"x" * 99, b"x" * 101):
+            with open(path, "wb") as f:
+                f.write(content)
+            fresh = local_store.open()
+            try:
+                with pytest.raises(FragmentChecksumError, match=r"offsets 0-100.*holds"):
+                    fresh.read(name).read()
+            finally:
+                fresh.close()
     finally:
         client.close()

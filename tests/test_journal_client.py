@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from journal_support import new_journal
+from journal_support import new_journal, spy_local_block_reads
+from test_journal_blocks import rewrite_claim_without_sums
 
 from oncelog.journal import (
     AppendFailed,
@@ -354,6 +355,7 @@ def test_reads_inside_raw_fragments_fetch_only_the_blocks_needed(journals: Journ
     fresh = JournalClient(journals.fs, journals.root)
     fresh_backend: Any = fresh.store.backend
     fresh_backend.read_range, fresh_backend.read = read_range, read
+    spy_local_block_reads(fresh, calls)
     assert fresh.read(name, offset=10000).read() == data[10000:]
     fragment_reads = [c for c in calls if c[0] == "range" or c[1].endswith(".raw")]
     assert fragment_reads == [("range", 0, len(data))]
@@ -680,12 +682,16 @@ def test_a_cold_reader_verifies_the_next_fragments_while_reading_the_first(
     local_store: Any,
 ) -> None:
     """Read-ahead starts before the first fragment is fetched, so fragments are SHA1-verified
-    on several cores at once rather than one after the other."""
+    on several cores at once rather than one after the other (claims without block sums, as
+    older versions wrote them: raw fragments with sums are read by blocks in the reading
+    thread on local disk)."""
     writer = local_store.open()
     writer.create(JournalSpec("ahead"))
     parts = [bytes([65 + i]) * 1000 for i in range(3)]
     for part in parts:
         writer.append("ahead", part)
+    for fragment in writer.fragments("ahead"):
+        rewrite_claim_without_sums(writer, "ahead", fragment.begin)
     reader = local_store.open()
     store = reader.store
     original = store.read_fragment

@@ -32,6 +32,7 @@ from typing import Any, Callable, NoReturn
 
 import crc32c
 
+from oncelog.journal._blocks import BlockSums, block_sums
 from oncelog.journal._retry import retry
 from oncelog.journal.backends import StagedFile
 from oncelog.journal.errors import AppendFailed, JournalError
@@ -278,6 +279,11 @@ class AsyncAppendMany:
         return results
 
 
+def _name_and_sums(data: bytes | bytearray | memoryview) -> tuple[str, BlockSums]:
+    """A raw fragment's content sum (its name) and block CRC-32Cs (its claim)."""
+    return content_sum(data), block_sums(data)
+
+
 def _offsets(records: list[Any] | tuple[Any, ...], joined: bytes) -> list[int]:
     """Byte offsets of the records in their concatenation `joined` (len(records) + 1)."""
     try:
@@ -335,6 +341,11 @@ class Appender:
         self._closed = False
         self.fragments_written = 0
         self.races_lost = 0
+        if store.can_stage:
+            try:
+                store.prepare_local(self.journal)
+            except OSError:  # the writer makes them when it writes (and reports failures)
+                pass
 
     # -- the AsyncAppend side ----------------------------------------------------------------
 
@@ -612,8 +623,6 @@ class Appender:
             batch.base = self._retry(self.index.ensure_loaded, "load the index")
             batch.event.set()
             return
-        from oncelog.journal._blocks import BlockSums, block_sums
-
         staged: StagedFile | None = None
         # Raw fragments get per-block CRC-32C sums in their claim, so that reads entering
         # them in the middle are verified; computed once per batch (about 1/7 of the SHA1's
@@ -622,18 +631,18 @@ class Appender:
         stored_crc: int | None = None  # compressed fragments: CRC-32C of the stored object
         if self._codec is Codec.NONE and self.store.can_stage:
             # Local disk: write and fsync the bytes under a temporary name while another
-            # thread computes the SHA1 that names them (both let go of the GIL). Small
-            # batches are hashed here: handing them to a thread costs more than it saves.
-            hashing = _hash_pool().submit(content_sum, data) if size >= _OVERLAP_MIN else None
+            # thread computes the SHA1 that names them and the block sums (all let go of
+            # the GIL), so the writer's part is the write alone. Small batches are hashed
+            # here: handing them to a thread costs more than it saves.
+            hashing = _hash_pool().submit(_name_and_sums, data) if size >= _OVERLAP_MIN else None
             try:
                 staged = self._retry(
                     lambda: self.store.stage_fragment(self.journal, data),
                     f"write {size} bytes of journal {self.journal!r}",
                 )
-                blocks = block_sums(data)  # while the hash thread finishes the SHA1
             finally:
                 # Never leave the hash reading `data` behind.
-                digest = hashing.result() if hashing is not None else content_sum(data)
+                digest, blocks = hashing.result() if hashing is not None else _name_and_sums(data)
             stored: bytes | bytearray | memoryview = data
         elif self._codec is Codec.NONE:
             # Big batches: the block sums in another thread while the SHA1 is computed here.

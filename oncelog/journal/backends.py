@@ -163,21 +163,31 @@ class LocalBackend(_Base):
         return out
 
     def _ensure_dir(self, path: str) -> None:
-        if path in self._dirs:
-            return
-        missing = []
-        d = path
-        while not os.path.isdir(d):
-            missing.append(d)
-            d = os.path.dirname(d)
-        for d in reversed(missing):
+        if path not in self._dirs:
+            self.ensure_dirs([path])
+
+    def ensure_dirs(self, paths: Sequence[str]) -> None:
+        """Create the directories (and their missing parents) durably: every new entry's
+        parent directory is fsync'd before this returns."""
+        missing: list[str] = []
+        for path in paths:
+            d = path
+            while d not in missing and not os.path.isdir(d):
+                missing.append(d)
+                d = os.path.dirname(d)
+        missing.sort(key=len)  # parents first
+        for d in missing:
             try:
                 os.mkdir(d)
             except FileExistsError:
                 pass
-            _fsync_dir(os.path.dirname(d))
+        # Then make each new entry durable: the first fsync commits every mkdir above in
+        # one filesystem journal transaction, so the others find nothing left to do (one
+        # commit instead of one per level, 5-15 ms each here).
+        for parent in dict.fromkeys(os.path.dirname(d) for d in missing):
+            _fsync_dir(parent)
         with self._dirs_lock:
-            self._dirs.add(path)
+            self._dirs.update(paths)
 
     def _write_temp(self, directory: str, data: bytes | bytearray | memoryview) -> str:
         self._ensure_dir(directory)

@@ -4,12 +4,13 @@ Every byte is verified before it is returned, by the cheapest check the fragment
 allows (see FragmentStore.read_fragment). A raw fragment whose claim records per-block
 CRC-32C sums is fetched in whole blocks, each checked against its sum: from the block
 holding the first byte needed to the fragment's end (object stores), or by pieces of a few
-blocks (local disk, so that buffers stay in CPU caches); a consumer resuming in the middle
-of a fragment fetches only the blocks it needs. A compressed fragment whose claim records
-the CRC-32C of its stored object is fetched whole and that is checked before it is
-decompressed. Anything else (Gazette stores, claims of older versions) is fetched whole,
-decompressed and checked against the SHA1 in its name. The next pieces or fragments are
-fetched and verified by a thread pool while the current one is consumed. At the write head
+blocks (local disk: in the reading thread, into one reused buffer, from the fragment's file
+kept open; see LocalFragmentFile); a consumer resuming in the middle of a fragment fetches
+only the blocks it needs. A compressed fragment whose claim records the CRC-32C of its
+stored object is fetched whole and that is checked before it is decompressed. Anything
+else (Gazette stores, claims of older versions) is fetched whole, decompressed and checked
+against the SHA1 in its name. Whole fragments are fetched and verified by a thread pool
+while the current one is consumed (on object stores, pieces too). At the write head
 a non-blocking reader reports end of data; a blocking one polls the store with backoff (and
 wakes at once for appends of the same client) until data arrives or it is closed.
 """
@@ -23,11 +24,11 @@ from concurrent.futures import CancelledError, Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.journal._blocks import block_range
+from oncelog.journal._blocks import BlockSums, block_range
 from oncelog.journal.errors import JournalError, MissingFragment, OffsetNotAvailable
 from oncelog.journal.fragment import Codec, Fragment
 from oncelog.journal.index import ClaimsIndex, JournalIndex
-from oncelog.journal.store import Claim, FragmentStore
+from oncelog.journal.store import Claim, FragmentStore, LocalFragmentFile
 
 __all__ = ["JournalReader", "READ_AHEAD_FRAGMENTS", "READ_AHEAD_BYTES"]
 
@@ -38,11 +39,13 @@ READ_AHEAD_BYTES = 128 << 20
 """...and no more than about this many bytes of them (at least two fragments of the bulk-load
 size 64 MiB, so that two fragments are verified at once on two cores)."""
 
-READ_AHEAD_PIECES = 1
-"""Pieces fetched ahead on a store that reads raw fragments by pieces (local disk): one
-piece on another core overlaps the consumer; more only push pieces out of CPU caches
-(measured, 200 MB from the page cache on 2 cores: 7.9 GB/s with 1 piece of 2 MiB ahead,
-6.9 GB/s with 2, 4.7 GB/s with 8)."""
+# Pieces of raw fragments on local disk are not read ahead by other threads: a piece (1
+# MiB) takes ~0.1 ms to read and check, in a few calls that each let go of the GIL and
+# must take it back from the consumer, which holds it while it copies bytes out; so the
+# helper thread only progressed while the consumer waited for it (measured, 200 MB from
+# the page cache on 2 cores: the same rate with 1 piece ahead as with none, less with 2
+# or 8), and a reused buffer cannot be shared with it. Whole fragments checked by SHA1
+# (hashed in one call without the GIL) are still read ahead on every store.
 
 Buffer = bytes | memoryview
 
@@ -108,6 +111,12 @@ class JournalReader(io.RawIOBase):
         self._chunk_offset = offset
         self._fragment: Fragment | None = None  # the fragment the current chunk is of
         self.fragments_read = 0
+        # Local disk: the raw fragment being read by blocks, and the two buffers its pieces
+        # are read into in turn (reused: `_chunk`, and `read` while it collects, view the
+        # newest two pieces).
+        self._local: LocalFragmentFile | None = None
+        self._buffers = [bytearray(), bytearray()]
+        self._flip = 0
 
     # -- file-like API ----------------------------------------------------------------------------
 
@@ -129,17 +138,24 @@ class JournalReader(io.RawIOBase):
         if size == 0 or self._stop.is_set():
             return b""
         limit = None if size is None or size < 0 else size
-        pieces: list[bytes] = []
+        # Views of the chunks, copied once at the end. A view of a local piece lives in one
+        # of the two reused buffers, which the next load but one overwrites: so before each
+        # load, every view but the newest is copied out (only reads spanning 3+ chunks).
+        pieces: list[Buffer] = []
         got = 0
         while limit is None or got < limit:
+            if len(pieces) >= 2 and isinstance(pieces[-2], memoryview):
+                pieces[-2] = pieces[-2].tobytes()
             if not self._next_chunk(wait=not pieces):
                 break
             avail = len(self._chunk) - self._pos
             take = avail if limit is None else min(avail, limit - got)
-            pieces.append(self._chunk[self._pos : self._pos + take].tobytes())
+            pieces.append(self._chunk[self._pos : self._pos + take])
             self._pos += take
             got += take
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if len(pieces) == 1:
+            return bytes(pieces[0])
+        return b"".join(pieces)
 
     def readall(self) -> bytes:
         return self.read(-1)
@@ -166,6 +182,9 @@ class JournalReader(io.RawIOBase):
             self._index.notify()
             for ahead in list(self._ahead):
                 ahead.future.cancel()
+            local, self._local = self._local, None
+            if local is not None:
+                local.close()
         super().close()
 
     # -- internals ---------------------------------------------------------------------------------
@@ -176,6 +195,12 @@ class JournalReader(io.RawIOBase):
         if self._pos < len(self._chunk):
             return True
         offset = self.offset
+        local = self._local
+        if local is not None and offset < local.fragment.end and not self._stop.is_set():
+            # The next piece of the local fragment being read (the common case, kept short:
+            # the same fragment holds these bytes whatever the index says now).
+            self._load_local(local.fragment, offset, local.blocks)
+            return True
         delay = self._poll_min
         while not self._stop.is_set():
             fragment = self._index.locate(offset)
@@ -207,6 +232,15 @@ class JournalReader(io.RawIOBase):
     def _load(self, fragment: Fragment, offset: int) -> None:
         claim = self._claim_of(fragment)
         lo, hi = self._piece(fragment, offset, claim)
+        if self._by_local_blocks(fragment, claim):
+            assert claim is not None and claim.blocks is not None
+            self._drop_ahead()
+            if fragment != self._fragment:
+                self._fragment = fragment
+                self.fragments_read += 1
+            self._load_local(fragment, offset, claim.blocks)
+            return
+        self._close_local()
         data = self._take_ahead(fragment, lo, hi)
         if data is None:
             # Start fetching what follows first, so that it is read and verified on other
@@ -220,6 +254,42 @@ class JournalReader(io.RawIOBase):
             self.fragments_read += 1
         self._chunk, self._chunk_offset, self._pos = memoryview(data)[offset - lo :], offset, 0
         self._read_ahead(fragment, hi)
+
+    def _by_local_blocks(self, fragment: Fragment, claim: Claim | None) -> bool:
+        """Whether `fragment` is read here by pieces of whole checked blocks from local disk."""
+        return (
+            self._store.read_piece is not None
+            and claim is not None
+            and claim.blocks is not None
+            and fragment.codec is Codec.NONE
+        )
+
+    def _load_local(self, fragment: Fragment, offset: int, blocks: BlockSums) -> None:
+        """Make the piece of a raw fragment on local disk holding `offset` the current chunk:
+        whole blocks from the one holding `offset`, read into the reused buffer not holding
+        the newest piece, and checked block by block."""
+        lo, hi = block_range(fragment, offset, offset + 1, blocks.size)
+        piece = self._store.read_piece or blocks.size
+        hi = min(lo + max(blocks.size, piece - piece % blocks.size), fragment.end)
+        local = self._local
+        if local is None or local.fragment != fragment:
+            self._close_local()
+            local = self._local = self._store.open_local(fragment, blocks)
+        self._flip ^= 1
+        buffer = self._buffers[self._flip]
+        if len(buffer) < hi - lo:  # a new buffer: views of the old one may still be alive
+            buffer = self._buffers[self._flip] = bytearray(
+                max(hi - lo, self._store.read_piece or 0)
+            )
+        data = local.read_blocks(lo, hi, buffer)
+        self._chunk, self._chunk_offset, self._pos = data[offset - lo :], offset, 0
+        if hi == fragment.end:
+            self._read_ahead(fragment, hi)
+
+    def _close_local(self) -> None:
+        local, self._local = self._local, None
+        if local is not None:
+            local.close()
 
     def _claim_of(self, fragment: Fragment) -> Claim | None:
         """The fragment's claim as the index read it (its CRC-32Cs let reads skip the SHA1 and
@@ -284,8 +354,7 @@ class JournalReader(io.RawIOBase):
         if ahead:
             fragment, hi = ahead[-1].fragment, ahead[-1].hi
         queued = sum(a.hi - a.lo for a in ahead)
-        limit = READ_AHEAD_FRAGMENTS if self._store.read_piece is None else READ_AHEAD_PIECES
-        while len(ahead) < limit and queued < READ_AHEAD_BYTES:
+        while len(ahead) < READ_AHEAD_FRAGMENTS and queued < READ_AHEAD_BYTES:
             if hi >= fragment.end:
                 try:
                     nxt = self._index.locate(hi)
@@ -295,6 +364,8 @@ class JournalReader(io.RawIOBase):
                     return
                 fragment = nxt
             claim = self._claim_of(fragment)
+            if self._by_local_blocks(fragment, claim):
+                return  # read by the consumer's thread when it gets there
             lo, hi = self._piece(fragment, hi, claim)
             future = self._executor.submit(self._fetch, fragment, lo, hi, claim)
             ahead.append(_Ahead(fragment, lo, hi, future))
