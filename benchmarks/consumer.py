@@ -4,10 +4,10 @@ Writes N committed messages (upstream transactions of 100 messages) to one journ
 local disk, then measures, in the same run:
 
 - baseline: `read_committed` of the journal, counting messages;
-- a `Consumer` with a no-op handler: transactions of 10,000 and their checkpoints, the
-  consumer's own overhead;
+- a `Consumer` with a no-op handler: transactions of `--txn` messages (10,000 and 100,000
+  by default) and their checkpoints, the consumer's own overhead;
 - the baseline loop counting words (the handler's own work, for reference);
-- a `Consumer` counting words in transactions of 10,000 messages, publishing the totals
+- a `Consumer` counting words in transactions of the same sizes, publishing the totals
   changed by each transaction (one output message per transaction) and checkpointing
   after each;
 - the same word count with a batch handler (`Consumer(batch_handler=...)`: committed
@@ -17,7 +17,8 @@ Each is printed as messages per wall-clock second and per CPU second of the proc
 threads; steadier than wall time on a shared machine), with ratios to the baseline. The
 best of `--repeat` interleaved rounds is kept.
 
-Run: .venv/bin/python benchmarks/consumer.py [--messages N] [--repeat R] [--quick]
+Run: .venv/bin/python benchmarks/consumer.py [--messages N] [--txn 10000,100000] [--repeat R]
+[--quick] (each consumer row for each transaction size of `--txn`).
 
 With `--state`, it measures the commit cost of the consumer state instead: a state of
 `--keys` distinct keys (comma-separated sizes), of which each transaction changes
@@ -335,7 +336,8 @@ def main() -> None:
     parser.add_argument("--json-max", type=int, default=1_000_000,
                         help="--state: largest JSON state measured")
     parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--txn", type=int, default=10_000, help="consumer transaction size")
+    parser.add_argument("--txn", default="10000,100000",
+                        help="consumer transaction sizes (comma-separated)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds; the best of each is kept")
     parser.add_argument("--quick", action="store_true", help="a smoke-size run (50,000 messages)")
     args = parser.parse_args()
@@ -355,56 +357,58 @@ def main() -> None:
         # Warm up caches (page cache, imports) so neither side pays them alone; then keep
         # the best of `--repeat` interleaved rounds (the machine may be shared).
         baseline(client)
-        best = {key: (inf, inf) for key in ("base", "noop", "count", "consumer", "batch")}
-        commits, consumer, batch_consumer = 0, None, None
+        sizes = [int(t) for t in args.txn.split(",")]
+        keys = ["base", "count"] + [f"{kind}-{t}" for t in sizes
+                                    for kind in ("noop", "consumer", "batch")]
+        best = {key: (inf, inf) for key in keys}
+        commits: dict[int, int] = {}
+        consumers: list[Consumer] = []
         for round_ in range(args.repeat):
             n_base, *t_base = timed(lambda: baseline(client))
-            _, *t_noop = timed(lambda: consume_noop(client, f"noop-{round_}", args.txn))
             n_count, *t_count = timed(lambda: baseline_counting(client))
             assert n_base == n_count == messages, (n_base, n_count, messages)
-            group = f"bench-{round_}"
-            (commits, consumer), *t_cons = timed(lambda: consume(client, group, args.txn))
-            (_, batch_consumer), *t_batch = timed(
-                lambda: consume(client, f"batch-{round_}", args.txn, batch=True)
-            )
-            times = {
-                "base": t_base, "noop": t_noop, "count": t_count, "consumer": t_cons,
-                "batch": t_batch,
-            }
-            for key, t in times.items():
-                best[key] = tuple(map(min, best[key], t))
-        assert consumer is not None and batch_consumer is not None
+            times = {"base": t_base, "count": t_count}
+            consumers = []
+            for t in sizes:
+                _, *times[f"noop-{t}"] = timed(
+                    lambda: consume_noop(client, f"noop-{t}-{round_}", t))
+                (commits[t], consumer), *times[f"consumer-{t}"] = timed(
+                    lambda: consume(client, f"bench-{t}-{round_}", t))
+                (_, batch_consumer), *times[f"batch-{t}"] = timed(
+                    lambda: consume(client, f"batch-{t}-{round_}", t, batch=True))
+                consumers += [consumer, batch_consumer]
+            for key, tm in times.items():
+                best[key] = tuple(map(min, best[key], tm))
 
         expected: Counter[str] = Counter()
         for env in read_committed(client, INPUT):
             expected.update(env.message.doc["text"].split())
         ok = True
-        for c in (consumer, batch_consumer):
+        for c in consumers:
             published = {}
             for env in read_committed(client, f"{OUTPUT}-{c.group}"):
                 published.update(env.message.doc["totals"])
             ok = ok and published == dict(expected) == c.state["counts"]
 
-        labels = {
-            "base": "read_committed (baseline)",
-            "noop": f"Consumer no-op handler, txn {args.txn:,}",
-            "count": "read_committed + word count",
-            "consumer": f"Consumer word count, txn {args.txn:,}",
-            "batch": f"Consumer batch word count, txn {args.txn:,}",
-        }
-        print(f"{'':36} {'msgs/s':>9} {'vs baseline':>11} {'vs same work':>12}"
+        labels = {"base": "read_committed (baseline)", "count": "read_committed + word count"}
+        for t in sizes:
+            labels[f"noop-{t}"] = f"Consumer no-op handler, txn {t:,}"
+            labels[f"consumer-{t}"] = f"Consumer word count, txn {t:,}"
+            labels[f"batch-{t}"] = f"Consumer batch word count, txn {t:,}"
+        print(f"{'':40} {'msgs/s':>9} {'vs baseline':>11} {'vs same work':>12}"
               f" {'msgs/CPU-s':>11} {'vs baseline':>11}")
         for key, label in labels.items():
             wall, cpu = best[key]
             rate, cpu_rate = messages / wall, messages / cpu
-            same = f"{best['count'][0] / wall:11.2f}x" if key in ("consumer", "batch") else ""
+            same = (f"{best['count'][0] / wall:11.2f}x"
+                    if key.startswith(("consumer", "batch")) else "")
             print(
-                f"{label:36} {rate:9,.0f} {best['base'][0] / wall:10.2f}x {same:>12}"
+                f"{label:40} {rate:9,.0f} {best['base'][0] / wall:10.2f}x {same:>12}"
                 f" {cpu_rate:11,.0f} {best['base'][1] / cpu:10.2f}x"
             )
         print(
-            f"consumer: {commits} transactions, each checkpointed; published totals match the"
-            f" committed input: {ok}"
+            "consumer: " + ", ".join(f"{n} transactions of {t:,}" for t, n in commits.items())
+            + f", each checkpointed; published totals match the committed input: {ok}"
         )
         print(
             "(the no-op row is the consumer's own overhead; 'vs same work' compares the"

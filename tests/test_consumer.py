@@ -39,6 +39,7 @@ from oncelog.consumer import (
     ConsumerError,
     FencedOut,
     GroupNotFound,
+    _input,
     core,
     delete_group,
     group_status,
@@ -392,7 +393,9 @@ def test_transactions_are_bounded_by_max_messages(local):
 def test_transactions_are_bounded_by_duration(local, monkeypatch):
     _committed_messages(local, INPUTS[0], 10)
     now = [1000.0]
-    monkeypatch.setattr(core, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    clock = types.SimpleNamespace(monotonic=lambda: now[0])
+    monkeypatch.setattr(core, "time", clock)  # transactions' deadlines
+    monkeypatch.setattr(_input, "time", clock)  # and the reading loop's checks of them
 
     def slow(env, txn):
         now[0] += 1.0  # each message takes a (fake) second

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from test_consumer_machine import WordCountMachine
 
-from oncelog.consumer import core
+from oncelog.consumer import _input, core
 from oncelog.testing import ConsumerMachine
 
 RUN = settings(
@@ -69,5 +69,7 @@ def test_word_count_with_an_erratic_clock(monkeypatch: pytest.MonkeyPatch) -> No
             skew[0] += rng.choice([0.5, 2.0, 30.0])
         return time.monotonic() + skew[0]
 
-    monkeypatch.setattr(core, "time", types.SimpleNamespace(monotonic=erratic))
+    clock = types.SimpleNamespace(monotonic=erratic)
+    monkeypatch.setattr(core, "time", clock)  # transactions' deadlines
+    monkeypatch.setattr(_input, "time", clock)  # and the reading loop's checks of them
     run_state_machine_as_test(WordCountMachine, settings=settings(RUN, max_examples=60))

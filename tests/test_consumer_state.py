@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -273,6 +274,34 @@ def test_snapshots_deltas_and_pruning(local_store) -> None:
     check_exactly_once(client)
 
 
+def test_working_database_on_disk(local_store, tmp_path) -> None:
+    """`SQLiteState(directory=...)`: the working database is a file there while the
+    consumer runs, removed by close(), rebuilt from the store by the next run; the
+    objects in the store are the same as with the database in memory."""
+    work = tmp_path / "work"
+    work.mkdir()
+    client = local_store.open()
+    create_journals(client)
+    write_upstream(client, seed=11)
+    consumer = kv_consumer(client, state=SQLiteState(snapshot_every=3, directory=str(work)))
+    assert consumer.run(until_idle=True) > 3
+    files = list(work.iterdir())
+    assert len(files) == 1 and files[0].stat().st_size > 0
+    assert consumer.kv is not None and consumer.kv.to_dict() == expected_kv(client)
+    consumer.close()
+    assert list(work.iterdir()) == []
+    more = Publisher(client)
+    more.publish_committed(to(INPUTS[1]), JSONMessage({"text": "alpha late"}))
+    more.flush()
+    assert consumer.run(until_idle=True) >= 1  # recovers: snapshot + deltas, into a file
+    assert len(list(work.iterdir())) == 1
+    assert consumer.kv.to_dict() == expected_kv(client)
+    consumer.close()
+    check_exactly_once(client)  # read back by an in-memory instance
+    with pytest.raises(ValueError, match="directory"):
+        SQLiteState(directory=str(tmp_path / "missing"))
+
+
 def test_recovery_skips_reload_of_its_own_state(memory_store, monkeypatch) -> None:
     client = memory_store.open()
     create_journals(client)
@@ -409,19 +438,23 @@ def test_state_machine_with_kv_state_and_batch_handler() -> None:
 # -- SIGKILL after a random storage write ---------------------------------------------------
 
 
-def child(url: str, options: str, kill_at: int, batch: bool) -> int:
+def child(url: str, options: str, kill_at: int, batch: bool, disk: bool = False) -> int:
     client = open_journals(url, **json.loads(options))
     writes = kill_after_writes(client, kill_at)
-    kv_consumer(client, batch=batch).run(until_idle=True)
+    kwargs: dict[str, Any] = {}
+    if disk:  # the working database in a file (left behind by a crash, like a temp file)
+        kwargs["state"] = SQLiteState(snapshot_every=3, directory=tempfile.mkdtemp())
+    kv_consumer(client, batch=batch, **kwargs).run(until_idle=True)
     print(json.dumps({"writes": writes()}), flush=True)
     client.close()
     return 0
 
 
-def run_child(target: Any, kill_at: int, batch: bool) -> tuple[int, str]:
+def run_child(target: Any, kill_at: int, batch: bool, disk: bool = False) -> tuple[int, str]:
+    mode = ("batch" if batch else "each") + ("-disk" if disk else "")
     proc = subprocess.run(
         [sys.executable, str(HERE), "child", target.url, json.dumps(target.storage_options),
-         str(kill_at), "batch" if batch else "each"],
+         str(kill_at), mode],
         check=False, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
     )
     if proc.returncode not in (0, -signal.SIGKILL):
@@ -429,7 +462,9 @@ def run_child(target: Any, kill_at: int, batch: bool) -> tuple[int, str]:
     return proc.returncode, proc.stdout
 
 
-def kill_until_done(target: Any, seed: int, transactions: int, kills: int) -> int:
+def kill_until_done(
+    target: Any, seed: int, transactions: int, kills: int, disk: bool = False
+) -> int:
     """Kill children after random storage writes until one completes; check the outputs and
     the final state equal a crash-free run's. Returns the number of kills."""
     rng = random.Random(seed)
@@ -440,7 +475,7 @@ def kill_until_done(target: Any, seed: int, transactions: int, kills: int) -> in
     for _ in range(kills + 1):
         batch = rng.random() < 0.3
         kill_at = rng.randint(1, 45) if done < kills else 10**9
-        code, _ = run_child(target, kill_at, batch)
+        code, _ = run_child(target, kill_at, batch, disk)
         if code == 0:
             break
         done += 1
@@ -491,6 +526,15 @@ def test_sigkill_after_each_storage_write(local_store) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_sigkill_at_random_storage_writes_with_the_working_database_on_disk(
+    local_store, seed
+) -> None:
+    """As above, with `SQLiteState(directory=...)`: 3 scenarios x 4 kills."""
+    assert kill_until_done(local_store, 650 + seed, transactions=12, kills=4, disk=True) == 4
+
+
+@pytest.mark.slow
 def test_sigkill_at_random_storage_writes_s3(s3_store) -> None:
     assert kill_until_done(s3_store, 700, transactions=8, kills=3) == 3
 
@@ -498,5 +542,6 @@ def test_sigkill_at_random_storage_writes_s3(s3_store) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 6 and sys.argv[1] == "child":
         _, _, url, options, kill_at, mode = sys.argv
-        sys.exit(child(url, options, int(kill_at), mode == "batch"))
-    sys.exit(f"usage: {sys.argv[0]} child URL OPTIONS KILL_AT each|batch")
+        sys.exit(child(url, options, int(kill_at), mode.startswith("batch"),
+                       mode.endswith("-disk")))
+    sys.exit(f"usage: {sys.argv[0]} child URL OPTIONS KILL_AT each|batch[-disk]")

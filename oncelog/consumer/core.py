@@ -8,6 +8,10 @@ absent, checks that no checkpoint above N+1 exists (else N+1 was free only becau
 pruning removed it: this instance is a zombie), and only then appends the ACK
 intents. Gazette's consumer semantics; docs/consumers.md explains why this is
 exactly-once across crashes, zombies and pruning.
+
+A `Consumer` is three parts, one module each: its options (`_options`), input reading
+(`_input`) and the commit pipeline (`_commit`); this module holds the public names,
+recovery and the `run()` loop.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
+from oncelog.consumer._commit import CommitPipeline
+from oncelog.consumer._input import InputReading, _Input
+from oncelog.consumer._options import consumer_options
 from oncelog.consumer.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -34,19 +40,16 @@ from oncelog.consumer.checkpoint import (
 )
 from oncelog.consumer.metrics import ConsumerMetrics
 from oncelog.consumer.shards import shard_journals
-from oncelog.consumer.sink import SinkWriter, SQLiteSink, SQLiteSinkEngine
+from oncelog.consumer.sink import SinkWriter, SQLiteSink
 from oncelog.consumer.state import (
     KV,
     SQLiteState,
-    SQLiteStateEngine,
     StateObjectMissing,
     is_sqlite_ref,
 )
 from oncelog.labels import LabelSelector
-from oncelog.message import ACK_TXN as _ACK_TXN
 from oncelog.message import Envelope, Message
-from oncelog.publisher import AckIntent, Mapping, Publisher, start_intents
-from oncelog.reading import read_uncommitted, read_uncommitted_batches
+from oncelog.publisher import AckIntent, Mapping, Publisher
 from oncelog.sequencer import Sequencer
 
 if TYPE_CHECKING:
@@ -86,8 +89,9 @@ STAGES = (
 """The points at which a consumer calls its `on_stage` hook, in order (for tests and tracing)."""
 
 OPTIONAL_STAGES = (
-    "state",  # after "flushed": one state or sink object written (once per object)
+    "state",  # before "flushed": one state or sink object written (once per object)
     "sink",  # after the last "acked": the sink statements applied to the external store
+    "snapshot",  # a SQLite state snapshot written in the background is durable
 )
 """Stages reached only with `state=SQLiteState()` or a `sink` (also passed to `on_stage`)."""
 
@@ -157,35 +161,7 @@ class Transaction:
         return f"Transaction(group={self.group!r}, seq={self.seq}, messages={self.messages})"
 
 
-class _Input:
-    """One journal being read: where the next read starts, its open reader, and the
-    decoded batch being fed to the Sequencer (`batch[pos:]` not yet fed)."""
-
-    __slots__ = ("journal", "offset", "batches", "batch", "pos", "exhausted")
-
-    def __init__(self, journal: str, offset: int) -> None:
-        self.journal = journal
-        self.offset = offset
-        self.batches: Iterator[list[Envelope]] | None = None
-        self.batch: list[Envelope] = []
-        self.pos = 0
-        self.exhausted = False
-
-    def close(self) -> None:
-        if self.batches is not None:
-            self.batches.close()  # type: ignore[attr-defined]
-            self.batches = None
-        self.batch, self.pos = [], 0
-
-
-def _seconds(value: float | timedelta, what: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds > 0:
-        raise ValueError(f"{what} must be positive, not {value!r}")
-    return seconds
-
-
-class Consumer:
+class Consumer(InputReading, CommitPipeline):
     """An exactly-once consumer of a group's journals (a label selector or a list of names).
 
     `run()` consumes in transactions of at most `max_messages` messages and
@@ -231,48 +207,20 @@ class Consumer:
     ) -> None:
         self.client = client
         self.group = validate_group_name(group)
-        if isinstance(journals, (str, LabelSelector)):
-            self._selector: LabelSelector | None = LabelSelector.from_value(journals)
-            self._names: list[str] = []
-        else:
-            self._selector = None
-            self._names = list(dict.fromkeys(journals))
-            if not all(isinstance(j, str) for j in self._names):
-                raise TypeError(
-                    f"journals must be a label selector or a list of names: {journals!r}"
-                )
-        if (handler is None) == (batch_handler is None):
-            raise TypeError("give exactly one of handler= and batch_handler=")
-        if not callable(handler if batch_handler is None else batch_handler):
-            raise TypeError(f"handler must be callable, not {handler or batch_handler!r}")
-        if start not in ("beginning", "head"):
-            raise ValueError(f"start must be 'beginning' or 'head', not {start!r}")
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"max_messages must be an int >= 1, not {max_messages!r}")
-        if keep_checkpoints is not None and (
-            not isinstance(keep_checkpoints, int) or keep_checkpoints < 1
-        ):
-            raise ValueError(
-                f"keep_checkpoints must be None or an int >= 1, not {keep_checkpoints!r}"
-            )
-        if not isinstance(read_batch, int) or read_batch < 1:
-            raise ValueError(f"read_batch must be an int >= 1, not {read_batch!r}")
-        if not isinstance(shards, int) or shards < 1:
-            raise ValueError(f"shards must be an int >= 1, not {shards!r}")
-        if not isinstance(shard, int) or not 0 <= shard < shards:
-            raise ValueError(f"shard must be an int in [0, {shards}), not {shard!r}")
-        horizon = (
-            prune_horizon.total_seconds() if isinstance(prune_horizon, timedelta) else prune_horizon
+        self._options = options = consumer_options(
+            journals, handler, batch_handler, shards=shards, shard=shard,
+            max_messages=max_messages, max_duration=max_duration, start=start,
+            poll_interval=poll_interval, refresh_interval=refresh_interval,
+            prune_horizon=prune_horizon, keep_checkpoints=keep_checkpoints, buffer=buffer,
+            read_batch=read_batch, split_upstream=split_upstream,
         )
-        if isinstance(horizon, bool) or not isinstance(horizon, (int, float)) or not horizon >= 0:
-            raise ValueError(
-                f"prune_horizon must be a timedelta or seconds >= 0, not {prune_horizon!r}"
-            )
+        self._selector: LabelSelector | None = options.selector
+        self._names = options.names
         self.shards = shards
-        self.shard: int | None = None if shards == 1 else shard
+        self.shard: int | None = options.shard
         self._store = CheckpointStore(client, group, self.shard, shards)
         if state == "json":
-            self._engine: SQLiteStateEngine | None = None
+            self._engine = None
         elif isinstance(state, SQLiteState):
             if initial_state is not None:
                 raise ValueError("initial_state is for JSON state: SQLite state starts empty")
@@ -281,51 +229,79 @@ class Consumer:
             raise ValueError(f"state must be 'json' or a SQLiteState, not {state!r}")
         if sink is not None and not isinstance(sink, SQLiteSink):
             raise TypeError(f"sink must be a SQLiteSink, not {sink!r}")
-        self._sink: SQLiteSinkEngine | None = (
+        self._sink = (
             None if sink is None else sink.open(client, self._store.directory, group, self.shard)
         )
         self._handler = handler
         self._batch_handler = batch_handler
-        self.split_upstream = bool(split_upstream)
-        """If True, a transaction ends at `max_messages` (or `max_duration`) even inside a
-        large upstream transaction: its checkpoint counts the last message handled as
-        processed (`Sequencer.checkpoint(dequeued_processed=True)`), and the next
-        transaction (or a recovery, by replaying the upstream transaction from its start)
-        carries on after it."""
         self._finalize = finalize
         self._initial_state = initial_state
-        self.max_messages = max_messages
-        self.max_duration = _seconds(max_duration, "max_duration")
-        self.start = start
         self._new_message = new_message
-        self.poll_interval = _seconds(poll_interval, "poll_interval")
-        self.refresh_interval = _seconds(refresh_interval, "refresh_interval")
-        self.prune_horizon = prune_horizon
-        self.keep_checkpoints = keep_checkpoints
-        self._buffer = buffer
-        self._read_batch = read_batch
         self._on_stage = on_stage
         self._metrics = metrics
         self._labels = ConsumerMetrics.labels(self.group, self.shard)
 
         # Set by recover(); _seq is None whenever the consumer must recover before reading.
-        self._seq: Sequencer | None = None
-        self._publisher: Publisher | None = None
-        self._checkpoint: Checkpoint | None = None
-        self._state: Any = None
-        self._positions: dict[str, int] = {}
-        self._inputs: dict[str, _Input] = {}
+        self._seq = None
+        self._publisher = None
+        self._checkpoint = None
+        self._state = None
+        self._positions = {}
+        self._inputs = {}
         self._dirty = False
-        self._job: _CommitJob | None = None  # the commit in flight
-        self._txn: Transaction | None = None  # the open transaction (read by _feed)
-        # With split_upstream: the sequencing iterator suspended mid upstream transaction,
-        # resumed by the next transaction (None when the Sequencer is between sequences).
-        self._carry: Iterator[Envelope] | None = None
-        self._gate: _CommitJob | None = None  # ... until its ACKs are started
+        self._txn = None  # the open transaction (read by _feed)
+        self._carry = None
+        self._init_pipeline()
         self._last_refresh = 0.0
-        self._fenced: str | None = None
+        self._fenced = None
         self._stopping = False
         self._stop_event = threading.Event()
+
+    # ------------------------------------------------------------------ options
+
+    @property
+    def max_messages(self) -> int:
+        """At most this many messages are read per transaction."""
+        return self._options.max_messages
+
+    @property
+    def max_duration(self) -> float:
+        """A transaction closes after this many seconds (of the consumer's clock)."""
+        return self._options.max_duration
+
+    @property
+    def start(self) -> Literal["beginning", "head"]:
+        """Where a journal new to the group is read from."""
+        return self._options.start
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between looks for new messages once the journals are drained."""
+        return self._options.poll_interval
+
+    @property
+    def refresh_interval(self) -> float:
+        """Seconds between looks for journals newly matching the selector."""
+        return self._options.refresh_interval
+
+    @property
+    def prune_horizon(self) -> timedelta | float:
+        """How long the Sequencer keeps an idle producer's state."""
+        return self._options.prune_horizon
+
+    @property
+    def keep_checkpoints(self) -> int | None:
+        """How many checkpoints pruning keeps (None: all)."""
+        return self._options.keep_checkpoints
+
+    @property
+    def split_upstream(self) -> bool:
+        """If True, a transaction ends at `max_messages` (or `max_duration`) even inside a
+        large upstream transaction: its checkpoint counts the last message handled as
+        processed (`Sequencer.checkpoint(dequeued_processed=True)`), and the next
+        transaction (or a recovery, by replaying the upstream transaction from its start)
+        carries on after it."""
+        return self._options.split_upstream
 
     # ------------------------------------------------------------------ queries
 
@@ -468,7 +444,7 @@ class Consumer:
                 self._sink.apply(sink_data, self._store.path(cp.seq - 1))
         # A fresh copy, typed as any later recovery would see it (tuples become lists...).
         self._state = None if self._engine is not None else orjson.loads(state_json)
-        self._seq = Sequencer(cp.offsets, cp.producers, self._buffer)
+        self._seq = Sequencer(cp.offsets, cp.producers, self._options.buffer)
         self._positions = dict(cp.offsets)
         self._inputs = {j: _Input(j, offsets[j]) for j in journals}
         self._publisher = publisher
@@ -491,14 +467,6 @@ class Consumer:
 
     def _start_offset(self, journal: str) -> int:
         return 0 if self.start == "beginning" else self.client.head(journal)
-
-    def _encode_state(self, state: Any) -> bytes:
-        try:
-            return orjson.dumps(state)
-        except TypeError as exc:
-            raise ConsumerError(
-                f"{self!r}: the state is not JSON-serialisable ({exc}): {_preview(state)}"
-            ) from exc
 
     def _refresh_journals(self) -> None:
         """Pick up journals newly matching the selector (and drop ones that stopped matching)."""
@@ -577,376 +545,6 @@ class Consumer:
         self._txn = txn
         return txn
 
-    def _fill(self, txn: Transaction) -> None:
-        """Read and handle committed messages until the transaction is full or input is idle."""
-        handler = self._handler
-        assert handler is not None
-        if self._on_stage is not None:
-            user_handler, stage = handler, self._on_stage
-
-            def handler(env: Envelope, txn: Transaction) -> None:
-                stage("handler")
-                user_handler(env, txn)
-
-        max_messages = self.max_messages
-        deadline = txn.deadline
-        clock = time.monotonic
-        seq = self._seq
-        assert seq is not None
-        split = self.split_upstream
-        it, self._carry = self._carry, None
-        if it is None:
-            it = seq.sequence(self._feed(txn), self._replay)
-        for env in it:
-            if (env._ids or env.ids)[2] == _ACK_TXN:  # parsed already by the Sequencer
-                continue  # acknowledgements commit others; they are not delivered
-            handler(env, txn)
-            txn.messages += 1
-            if txn.messages >= max_messages or clock() >= deadline:
-                txn._closing = True
-                if split:
-                    # End here, even mid upstream transaction: `env` is dequeued, and the
-                    # checkpoint counts it as processed; the next transaction resumes `it`.
-                    self._carry = it
-                    return
-
-    def _fill_batches(self, txn: Transaction) -> None:
-        """`_fill` for a batch handler: round robin over the inputs, each time sequencing up
-        to `read_batch` read-uncommitted envelopes of one input at once (`Sequencer.committed`,
-        the reader's fast path) and handing the committed ones, if any, to the handler.
-
-        Invariant: after each `committed()` call every envelope of the slice has been
-        queued and every sequence it committed fully stepped, so the Sequencer is between
-        sequences and a checkpoint may be taken; a batch is therefore never split across
-        two transactions. A slice holds at most `max_messages - txn.messages` envelopes
-        (committed outputs can still exceed it when an ACK commits messages read earlier:
-        `max_messages` is a bound on reading, as in the per-message mode).
-        """
-        handler = self._batch_handler
-        assert handler is not None
-        stage = self._on_stage
-        seq = self._seq
-        assert seq is not None
-        inputs = list(self._inputs.values())
-        limit = self._read_batch
-        max_messages = self.max_messages
-        clock = time.monotonic
-        replay = self._replay
-        split = self.split_upstream
-
-        def handle(it: Iterator[Envelope]) -> bool:
-            """Hand `it`'s committed envelopes over; with split_upstream, at most what
-            fills the transaction, keeping `it` (suspended) for the next. True if full."""
-            if split:
-                room = max(max_messages - txn.messages, 1)
-                envelopes = list(islice(it, room))
-                if len(envelopes) == room:
-                    self._carry = it  # maybe more: the Sequencer may be mid-sequence
-            else:
-                envelopes = list(it)
-            if envelopes:
-                if stage is not None:
-                    stage("handler")
-                handler(envelopes, txn)
-                txn.messages += len(envelopes)
-                if txn.messages >= max_messages:
-                    txn._closing = True
-            return txn._closing
-
-        carry, self._carry = self._carry, None
-        if carry is not None and handle(carry):
-            return
-        while True:
-            progressed = False
-            for inp in inputs:
-                if txn._closing or self._stopping or (progressed and clock() >= txn.deadline):
-                    txn._closing = True
-                    return
-                if inp.exhausted:
-                    continue
-                batch, pos = inp.batch, inp.pos
-                if pos == len(batch):
-                    if inp.batches is None:
-                        inp.batches = read_uncommitted_batches(
-                            self.client, inp.journal, inp.offset, new_message=self._new_message,
-                        )
-                    batch, pos = next(inp.batches, None), 0  # type: ignore[arg-type]
-                    if batch is None:
-                        inp.batches, inp.batch, inp.pos = None, [], 0
-                        inp.exhausted = True
-                        continue
-                n = min(limit, len(batch) - pos, max(max_messages - txn.messages, 1))
-                part = batch if pos == 0 and n == len(batch) else batch[pos : pos + n]
-                inp.batch, inp.pos = batch, pos + n
-                inp.offset = part[-1].end
-                progressed = True
-                if handle(seq.sequence(part, replay, acks=False)) and self._carry is not None:
-                    return
-            if not progressed:
-                txn._idle = True
-                return
-
-    def _feed(self, txn: Transaction) -> Iterator[Envelope]:
-        """Read-uncommitted envelopes, round robin over the inputs, `read_batch` at a time.
-
-        It stops, without reading ahead, as soon as the transaction is closing: the
-        Sequencer asks for an envelope only once its committed sequence is consumed,
-        so the transaction then ends with the Sequencer between sequences.
-        """
-        inputs = list(self._inputs.values())
-        limit = self._read_batch
-        deadline = txn.deadline
-        clock = time.monotonic
-        while True:
-            progressed = False
-            for inp in inputs:
-                if inp.exhausted:
-                    continue
-                if self._txn is not txn:  # carried over into a new transaction
-                    txn = self._txn  # type: ignore[assignment]
-                    deadline = txn.deadline
-                n = 0
-                batch, pos = inp.batch, inp.pos
-                try:
-                    while n < limit:
-                        # The deadline is checked every 64 envelopes read (and after each
-                        # message handled): a transaction always makes some progress.
-                        if txn._closing or self._stopping or (
-                            n and not n & 63 and clock() >= deadline
-                        ):
-                            txn._closing = True
-                            return
-                        if pos == len(batch):
-                            if inp.batches is None:
-                                inp.batches = read_uncommitted_batches(
-                                    self.client, inp.journal, inp.offset,
-                                    new_message=self._new_message,
-                                )
-                            batch, pos = next(inp.batches, None), 0  # type: ignore[arg-type]
-                            if batch is None:
-                                inp.batches, batch = None, []
-                                inp.exhausted = True
-                                break
-                        env = batch[pos]
-                        pos += 1
-                        inp.offset = env.end
-                        n += 1
-                        yield env
-                        if self._txn is not txn:  # resumed by the next transaction
-                            txn = self._txn  # type: ignore[assignment]
-                            deadline = txn.deadline
-                finally:
-                    inp.batch, inp.pos = batch, pos
-                if n:
-                    progressed = True
-            if not progressed:
-                txn._idle = True
-                return
-
-    def _replay(self, journal: str, begin: int, end: int) -> Iterable[Envelope]:
-        return read_uncommitted(self.client, journal, begin, end=end, new_message=self._new_message)
-
-    def _publish(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
-        if self._gate is not None:
-            # The previous commit's ACKs must reach each journal before this transaction's
-            # outputs: an ACK drops the pending messages with larger clocks before it.
-            self._gate.wait_acks_started()
-            self._gate = None
-        publisher = self._publisher
-        if publisher is None:
-            self._check_not_fenced()
-            raise ConsumerError(f"{self!r}: the transaction was aborted; run() again to recover")
-        return publisher.publish_uncommitted(mapping, msg)
-
-    # ------------------------------------------------------------------ commits
-
-    def _commit(self, txn: Transaction) -> None:
-        """Close `txn` and start its commit, which completes in the background while the
-        next transaction reads (Gazette's pipelined commits)."""
-        publisher = self._publisher
-        seq = self._seq
-        assert publisher is not None and seq is not None and self._checkpoint is not None
-        try:
-            if self._finalize is not None:
-                self._finalize(txn)
-            self._state = txn.state
-            self._stage("finalized")
-            objects: list[tuple[str, bytes]] = []
-            sink_ref, sink_data = None, None
-            if self._sink is not None:
-                sink_ref, sink_data, sink_rel = self._sink.prepare(self._checkpoint.seq + 1)
-                if sink_data is not None and sink_rel is not None:
-                    objects.append((sink_rel, sink_data))
-            if self._engine is not None:
-                # Committed locally now; the objects are written before the claim.
-                state, state_objects = self._engine.prepare(self._checkpoint.seq + 1)
-                objects.extend(state_objects)
-                state_json = self._encode_state(state)
-            else:
-                state = self._state
-                state_json = self._encode_state(state)
-            self._await_commit()  # the previous one: its seq must be taken first
-        except BaseException:
-            self._abort(rollback=True)
-            raise
-        intents = publisher.build_ack_intents()
-        # Mid upstream transaction (split_upstream), the last message handled counts as
-        # processed: a resumed Sequencer replays the rest of that transaction after it.
-        offsets, states = seq.checkpoint(
-            self.prune_horizon, dequeued_processed=self._carry is not None
-        )
-        positions = {**self._positions, **offsets}
-        cp = self._checkpoint.successor(
-            offsets=positions,
-            producers=states,
-            ack_intents=intents,
-            state=state,
-            has_state=True,
-            reason="commit",
-            writer=publisher.producer_id,
-            ack_producer=publisher.producer_id,
-            sink=sink_ref,
-        )
-        self._checkpoint = cp
-        self._positions = positions
-        self._dirty = False
-        job = _CommitJob(self, publisher, cp, cp.to_json(state_json), intents, objects)
-        job.messages = txn.messages
-        job.sink_data = sink_data
-        self._job = self._gate = job
-        job.start()
-
-    def _finish_commit(self, job: _CommitJob) -> None:
-        """The commit's I/O: outputs durable, then claim checkpoint N+1 (written only if
-        absent, and nothing above it), then ACKs.
-
-        An unclaimed N+1 fences this instance out for good and its ACK intents are never
-        appended, whether N+1 was taken or was written into a hole left by pruning (a
-        zombie resuming after others committed past N+1). A storage error while claiming
-        (StorageUnavailable after the retries: N+1 may or may not exist, may or may not be
-        the newest) is raised as is: the consumer aborts without rollback and appends
-        nothing, and the next recovery settles it (N+1 is then the latest, whose intents
-        it re-appends, or it is not, and they never are)."""
-        job.publisher.flush()
-        self._stage("flushed")
-        for rel, data in job.objects:
-            # State objects (named by this seq and a fresh token) before the claim: only a
-            # claimed checkpoint references them. Unreferenced, they are harmless garbage.
-            if not self.client.put_if_absent(rel, data):
-                raise ConsumerError(f"{self!r}: state object {rel} exists already")
-            self._stage("state")
-        self._stage("checkpoint")
-        # From here on nothing may be rolled back: checkpoint N+1 may exist even if writing
-        # it raised, and a rollback ACK would then discard outputs it commits.
-        path = self._store.path(job.checkpoint.seq)
-        try:
-            why = self._store.claim(job.checkpoint, job.data)
-        except Exception as exc:
-            log.warning(
-                "%r: claiming checkpoint %s failed (%s: %s); its outcome is unknown: nothing"
-                " is acknowledged, and the next recovery settles it",
-                self, path, type(exc).__name__, exc,
-            )
-            raise
-        if why is not None:
-            self._fenced = (
-                f"{self!r} is fenced out: {why}; this instance publishes nothing more (its"
-                " uncommitted outputs are never acknowledged)"
-            )
-            log.info("%s", self._fenced)
-            if self._metrics is not None:
-                self._metrics.fenced_out(self._labels)
-            raise FencedOut(self._fenced)
-        if self._metrics is not None:
-            written = len(job.data) + sum(len(data) for _, data in job.objects)
-            self._metrics.committed(self._labels, job.checkpoint.seq, job.messages, written)
-        self._stage("checkpointed")
-        # Started before the next transaction publishes anything (appends to a journal keep
-        # their start order), so each ACK lands ahead of that transaction's outputs.
-        appends = self._start_intents(job.intents)
-        job.acks_started.set()
-        for append in appends:
-            append.result()
-            self._stage("acked")
-        if job.sink_data is not None and self._sink is not None:
-            self._sink.apply(job.sink_data, self._store.path(job.checkpoint.seq))
-            self._stage("sink")
-        if self._metrics is not None:
-            self._metrics.acked(self._labels, time.monotonic() - job.closed)
-        self._stage("committed")
-        keep = self.keep_checkpoints
-        if keep is not None and job.checkpoint.seq % keep == 0:
-            try:
-                self._store.prune(keep)
-            except Exception as exc:  # only housekeeping: the next prune catches up
-                log.warning("%r: pruning old checkpoints failed: %s", self, exc)
-
-    def _await_commit(self) -> None:
-        """Wait for the commit in flight, if any; raise its error (aborting the consumer)."""
-        job = self._job
-        if job is None:
-            return
-        job.thread.join()
-        self._job = None
-        if job.error is not None:
-            self._abort(rollback=False)  # recovery re-appends what was checkpointed
-            raise job.error
-
-    def _append_intents(self, intents: Sequence[AckIntent]) -> None:
-        """Append ACK intents (concurrently across journals) and wait until all are durable."""
-        for append in self._start_intents(intents):
-            append.result()
-            self._stage("acked")
-
-    def _start_intents(self, intents: Sequence[AckIntent]) -> list["AsyncAppend"]:
-        return [a for a in start_intents(self.client, intents) if a is not None]
-
-    def _abort(self, *, rollback: bool) -> None:
-        """Drop the open transaction; `run()` recovers from the last checkpoint next time."""
-        job, self._job, self._gate = self._job, None, None
-        if job is not None:
-            job.thread.join()  # never recover while our own commit may still write
-            if job.error is not None and not isinstance(job.error, FencedOut):
-                log.warning("%r: commit of checkpoint %d failed: %s", self, job.checkpoint.seq,
-                            job.error)
-        publisher = self._publisher
-        self._close_inputs()
-        self._seq = None
-        self._publisher = None
-        if self._engine is not None:
-            self._engine.rollback()  # the open transaction's writes; recovery reloads
-        if self._sink is not None:
-            self._sink.rollback()
-        if (
-            rollback
-            and self._fenced is None
-            and publisher is not None
-            and publisher.pending_journals()
-        ):
-            # Not needed for correctness (the next recovery uses a new producer ID, so
-            # these outputs are never acknowledged), but it lets readers drop them now.
-            # Only this transaction's outputs are pending: the last commit's were taken
-            # by build_ack_intents, and these exist only if that commit's ACKs went out.
-            try:
-                publisher.rollback()
-            except Exception as exc:
-                log.warning("%r: rolling back aborted outputs failed: %s", self, exc)
-
-    def _close_inputs(self) -> None:
-        carry, self._carry = self._carry, None
-        if carry is not None and hasattr(carry, "close"):
-            carry.close()  # type: ignore[attr-defined]
-        for inp in self._inputs.values():
-            inp.close()
-
-    def _check_not_fenced(self) -> None:
-        if self._fenced is not None:
-            raise FencedOut(self._fenced)
-
-    def _stage(self, name: str) -> None:
-        if self._on_stage is not None:
-            self._on_stage(name)
-
     def close(self) -> None:
         """Wait for a commit in flight, then close the readers (an open, uncommitted
         transaction is abandoned: its outputs are never acknowledged)."""
@@ -958,65 +556,11 @@ class Consumer:
             self._publisher = None
             if self._sink is not None:
                 self._sink.close()  # (reopened by the next recovery if run() again)
+            if self._engine is not None:
+                self._engine.release()  # an on-disk working database (rebuilt likewise)
 
     def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _CommitJob:
-    """A commit completing on its own thread: outputs durable → checkpoint → ACK intents."""
-
-    __slots__ = (
-        "publisher", "checkpoint", "data", "intents", "objects", "messages", "closed", "sink_data",
-        "acks_started", "error",
-        "thread",
-    )
-
-    def __init__(
-        self,
-        consumer: Consumer,
-        publisher: Publisher,
-        checkpoint: Checkpoint,
-        data: bytes,
-        intents: list[AckIntent],
-        objects: list[tuple[str, bytes]],
-    ) -> None:
-        self.publisher = publisher
-        self.objects = objects
-        self.messages = 0
-        self.closed = time.monotonic()
-        self.sink_data: bytes | None = None
-        self.checkpoint = checkpoint
-        self.data = data
-        self.intents = intents
-        self.acks_started = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(
-            target=self._run, args=(consumer,), name=f"oncelog-commit:{checkpoint.group}",
-            daemon=True,
-        )
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _run(self, consumer: Consumer) -> None:
-        try:
-            consumer._finish_commit(self)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer's thread
-            self.error = exc
-        finally:
-            self.acks_started.set()
-
-    def wait_acks_started(self) -> None:
-        """Block until the ACKs are on their way; raise the commit's error if it failed."""
-        self.acks_started.wait()
-        if self.error is not None:
-            raise self.error
-
-
-def _preview(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -6,17 +6,22 @@ written whole into every checkpoint (commit cost O(state size)).
 
 `Consumer(..., state=SQLiteState(snapshot_every=K))` keeps the state in an in-memory SQLite
 database that handlers use through `txn.kv` (`get`, `put`, `delete`, ...). Each commit
-writes the keys its transaction changed as a *delta* object, and every K-th commit a
-*snapshot* (the whole database file) instead; the checkpoint references the latest
-snapshot and the deltas after it, so recovery is "load the snapshot, apply the deltas".
+writes the keys its transaction changed as a *delta* object; the checkpoint references the
+latest *snapshot* (the whole database file) and the deltas after it, so recovery is "load
+the snapshot, apply the deltas" (at most K-1). Snapshots are written off the commit's
+critical path: the commit whose reference reaches K-1 deltas serializes the database and
+writes it on a thread of its own, and the next commit's checkpoint references it (with
+only its own delta after it) once it is durable (`BackgroundWrite`). With K=1 every commit
+writes a snapshot instead of a delta, in line.
 
 Exactly once with the checkpoint, on any store:
 
 - the objects live in `<root>/.oncelog/<checkpoint directory>/state/`, named
   `<seq:016x>-<token>.delta` / `.sqlite` by the number of the checkpoint that first
   references them and a random token (so a zombie's or a failed attempt's objects never
-  collide with anyone's); they are written with `put_if_absent` *before* the checkpoint
-  is claimed, and only a claimed checkpoint makes them part of the group's state;
+  collide with anyone's); they are written with `put_if_absent` and durable *before* the
+  checkpoint is claimed (a background snapshot too: the commit waits for it), and only a
+  claimed checkpoint makes them part of the group's state;
 - a checkpoint's reference names the snapshot and every delta after it, in order;
   checkpoint N+1's reference is N's plus its own delta (or just a new snapshot);
 - pruning deletes a state object only if no kept checkpoint references it and its number
@@ -32,9 +37,12 @@ consumer transaction aborts, and committed (locally) when its checkpoint is prep
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +54,7 @@ if TYPE_CHECKING:
     from oncelog.journal import JournalClient
 
 __all__ = [
+    "BackgroundWrite",
     "DELTA_FORMAT",
     "KV",
     "STATE_REF_FORMAT",
@@ -98,16 +107,25 @@ def object_seq(name: str) -> int | None:
 class SQLiteState:
     """Options of the SQLite consumer state: `Consumer(..., state=SQLiteState())`.
 
-    `snapshot_every`: a commit writes a full snapshot instead of a delta once the
-    reference holds this many deltas (recovery applies at most that many; a snapshot
-    commit costs O(state size), the others O(keys changed)).
+    `snapshot_every`: a checkpoint references at most `snapshot_every - 1` deltas after
+    its snapshot (what recovery applies): once a commit's reference reaches that many, a
+    snapshot (O(state size)) is written in the background, and the next checkpoint
+    references it. Commits cost O(keys changed); the snapshot is serialized in memory on
+    the consumer's thread (a copy of the database) and waited for by the next commit.
     """
 
     snapshot_every: int = 100
+    directory: str | None = None
+    """None: the working database is in memory. A local directory: it is a file there
+    (one per consumer instance, removed by `Consumer.close()`; a crashed process leaves
+    it behind, so use a temporary directory), for states larger than memory. Either way
+    the store holds the state; the working database is rebuilt from it on recovery."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.snapshot_every, int) or self.snapshot_every < 1:
             raise ValueError(f"snapshot_every must be an int >= 1, not {self.snapshot_every!r}")
+        if self.directory is not None and not os.path.isdir(self.directory):
+            raise ValueError(f"directory must be an existing directory, not {self.directory!r}")
 
     def open(self, client: JournalClient, checkpoint_directory: str) -> SQLiteStateEngine:
         """The engine of one consumer instance."""
@@ -211,10 +229,93 @@ class KV:
         return f"KV({len(self)} keys)"
 
 
-def _new_db() -> sqlite3.Connection:
-    db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    db.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
-    return db
+class BackgroundWrite:
+    """An object written put-if-absent on a thread of its own (a state snapshot), started
+    when made. `result()` waits for the write and raises its error; the bytes are dropped
+    once written. The write is bounded by the client's retry timeout."""
+
+    __slots__ = ("name", "path", "size", "_done", "_error", "_thread")
+
+    def __init__(
+        self,
+        client: JournalClient,
+        directory: str,
+        name: str,
+        data: bytes,
+        stage: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.path = f"{directory}/{name}"
+        self.size = len(data)
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(client, data, stage), name=f"oncelog-snapshot:{name}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _run(
+        self, client: JournalClient, data: bytes, stage: Callable[[str], None] | None
+    ) -> None:
+        try:
+            if not client.put_if_absent(self.path, data):
+                raise ConsumerError(f"state snapshot {self.path} exists already")
+            if stage is not None:
+                stage("snapshot")
+        except BaseException as exc:  # noqa: BLE001 - raised by result() in the committer
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def wait(self) -> None:
+        """Wait for the write to end, whatever its outcome."""
+        self._done.wait()
+
+    def result(self) -> None:
+        """Wait for the write; raise its error if it failed."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+
+def _open_db(directory: str | None, image: bytes | None = None) -> tuple[sqlite3.Connection, str]:
+    """A working database, empty or holding `image` (a serialized one), in memory or in a
+    new file of `directory`; with its file's path ("" in memory). The file needs no
+    durability (the store holds the state): no fsyncs, the rollback journal in memory."""
+    path = ""
+    if directory is None:
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        if image is not None:
+            db.deserialize(image)
+    else:
+        fd, path = tempfile.mkstemp(prefix="oncelog-state-", suffix=".sqlite", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if image is not None:
+                    f.write(image)
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=MEMORY")
+            db.execute("PRAGMA synchronous=OFF")
+        except BaseException:
+            _remove(path)
+            raise
+    if image is None:
+        db.execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v BLOB NOT NULL)")
+    return db, path
+
+
+def _close_db(db: sqlite3.Connection, path: str) -> None:
+    db.close()
+    if path:
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class SQLiteStateEngine:
@@ -226,11 +327,13 @@ class SQLiteStateEngine:
         self.options = options
         self.client = client
         self.directory = directory
-        self._db = _new_db()
+        self._db, self._db_path = _open_db(options.directory)
         self._in_txn = False
         self._changes: dict[str, bytes | None] = {}
         self.ref: dict[str, Any] | None = None
         """The reference of the state the local database holds (outside the open txn)."""
+        self._pending: BackgroundWrite | None = None
+        """A snapshot being written in the background for the next commit to reference."""
         self.kv = KV(self)
 
     # ---------------------------------------------------------------- transactions
@@ -241,28 +344,45 @@ class SQLiteStateEngine:
             self._in_txn = True
 
     def rollback(self) -> None:
-        """Undo the open transaction's writes."""
+        """Undo the open transaction's writes (and drop a pending background snapshot: the
+        commit that would reference it will not happen)."""
+        self.discard_pending()
         if self._in_txn:
             self._db.execute("ROLLBACK")
             self._in_txn = False
         self._changes = {}
 
-    def prepare(self, seq: int) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
-        """Commit the open transaction locally and return checkpoint `seq`'s state reference
-        and the objects to write (path under `.oncelog/`, bytes) before claiming it.
+    def prepare(
+        self, seq: int, stage: Callable[[str], None] | None = None
+    ) -> tuple[dict[str, Any], list[tuple[str, bytes]], list[BackgroundWrite]]:
+        """Commit the open transaction locally and return checkpoint `seq`'s state
+        reference, the objects to write (path under `.oncelog/`, bytes) before claiming it,
+        and the background writes that must be durable before the claim.
 
-        O(keys changed), or O(state) when a snapshot is due. Without changes (and no
-        snapshot due) the reference is the previous one and nothing is written."""
+        O(keys changed). When the reference would reach `snapshot_every` deltas at the
+        next commit, the database is also serialized (a copy in memory) and written in the
+        background as a snapshot named by `seq + 1`: checkpoint `seq + 1` references it
+        (with only its own delta after it) and its commit waits for that write. Without
+        changes (and no snapshot pending) the reference is the previous one and nothing
+        is written. `stage("snapshot")` is called (on the writing thread) once a
+        background snapshot is durable."""
         if self._in_txn:
             self._db.execute("COMMIT")
             self._in_txn = False
         changes, self._changes = self._changes, {}
         base = self.ref or _empty_ref()
         objects: list[tuple[str, bytes]] = []
+        waits: list[BackgroundWrite] = []
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            waits.append(pending)
+            base = {"format": STATE_REF_FORMAT, "snapshot": pending.name, "deltas": []}
         if not changes:
-            return base, objects
+            self.ref = base if pending is not None else self.ref
+            return base, objects, waits
         token = new_token()
-        if len(base["deltas"]) + 1 >= self.options.snapshot_every:
+        every = self.options.snapshot_every
+        if every == 1:
             name = f"{seq:016x}-{token}.sqlite"
             objects.append((f"{self.directory}/{name}", self._db.serialize()))
             ref = {"format": STATE_REF_FORMAT, "snapshot": name, "deltas": []}
@@ -282,8 +402,22 @@ class SQLiteStateEngine:
                 "snapshot": base["snapshot"],
                 "deltas": [*base["deltas"], name],
             }
+            if len(ref["deltas"]) + 1 >= every:
+                # Off the critical path: this commit writes its delta, and the next
+                # commit's checkpoint references the snapshot once it is durable.
+                snapshot = f"{seq + 1:016x}-{new_token()}.sqlite"
+                self._pending = BackgroundWrite(
+                    self.client, self.directory, snapshot, self._db.serialize(), stage
+                )
         self.ref = ref
-        return ref, objects
+        return ref, objects, waits
+
+    def discard_pending(self) -> None:
+        """Forget a background snapshot no checkpoint will reference (after an abort), once
+        its write has ended (whatever its outcome: unreferenced, it is harmless)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
 
     # --------------------------------------------------------------------- recovery
 
@@ -293,9 +427,10 @@ class SQLiteStateEngine:
         StateObjectMissing if an object is gone. Nothing is written."""
         self.rollback()
         if ref is None:
-            if self.ref is not None or self._db.execute("SELECT 1 FROM kv").fetchone():
-                self._db.close()
-                self._db = _new_db()
+            released = self.options.directory is not None and not self._db_path
+            if released or self.ref is not None or self._db.execute("SELECT 1 FROM kv").fetchone():
+                _close_db(self._db, self._db_path)
+                self._db, self._db_path = _open_db(self.options.directory)
             self.ref = None
             return
         if not is_sqlite_ref(ref):
@@ -310,27 +445,31 @@ class SQLiteStateEngine:
             raise CheckpointError(f"corrupt consumer checkpoint {where}: bad state {ref!r}")
         if self.ref is not None and _ref_id(self.ref) == _ref_id(ref):
             return  # the local database is exactly that state already
-        db = _new_db()
+        image = None if snapshot is None else self._read(snapshot, where)
         try:
-            if snapshot is not None:
-                data = self._read(snapshot, where)
-                db.close()
-                db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            db, path = _open_db(self.options.directory, image)
+        except sqlite3.DatabaseError as exc:
+            raise CheckpointError(
+                f"consumer checkpoint {where}: state snapshot {snapshot} is not a"
+                f" SQLite state database: {exc}"
+            ) from None
+        try:
+            if image is not None:
                 try:
-                    db.deserialize(data)
                     db.execute("SELECT count(*) FROM kv").fetchone()
                 except sqlite3.DatabaseError as exc:
                     raise CheckpointError(
                         f"consumer checkpoint {where}: state snapshot {snapshot} is not a"
                         f" SQLite state database: {exc}"
                     ) from None
+            del image
             for name in deltas:
                 self._apply(db, name, self._read(name, where), where)
         except BaseException:
-            db.close()
+            _close_db(db, path)
             raise
-        self._db.close()
-        self._db = db
+        _close_db(self._db, self._db_path)
+        self._db, self._db_path = db, path
         self.ref = {"format": STATE_REF_FORMAT, "snapshot": snapshot, "deltas": list(deltas)}
 
     def _read(self, name: str, where: str) -> bytes:
@@ -363,9 +502,21 @@ class SQLiteStateEngine:
         db.executemany("DELETE FROM kv WHERE k = ?", delete)
         db.execute("COMMIT")
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """With an on-disk working database: close it and remove its file (the next `load`,
+        i.e. the next recovery, rebuilds it from the store). In memory: nothing (the state
+        stays readable through `kv` after `Consumer.close()`)."""
+        if not self._db_path:
+            return
         self.rollback()
-        self._db.close()
+        _close_db(self._db, self._db_path)
+        self._db, self._db_path = _open_db(None)  # empty until the next load
+        self.ref = None
+
+    def close(self) -> None:
+        """Close the working database (and remove its file): the engine is unusable."""
+        self.rollback()
+        _close_db(self._db, self._db_path)
 
 
 def _empty_ref() -> dict[str, Any]:
