@@ -6,7 +6,8 @@ OUTSIDE_TXN; UUIDs are parsed before timing (`env.ids` is cached). Prints the
 envelopes/s of the per-call API (queue_uncommitted + step), of `committed()` and
 of `sequence()`, each as a ratio to a floor measured in the same run: a plain
 loop that touches each envelope's `.ids` and appends it to a list. Times are CPU
-times, best of interleaved rounds, as the machine may be shared.
+times, best of interleaved rounds, as the machine may be shared. The Sequencers are C
+kernels where the speed-ups are built; `ONCELOG_PURE_PYTHON=1` measures the pure kernel.
 
     .venv/bin/python benchmarks/sequencer_core.py [--quick] [--messages N] [--repeat R]
 """
@@ -22,6 +23,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from oncelog import _native  # noqa: E402
 from oncelog.message import Envelope, Flags, JSONMessage, build_uuid  # noqa: E402
 from oncelog.sequencer import QueueOutcome, Sequencer  # noqa: E402
 
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     acks = sum(1 for e in envs if e.flags == Flags.ACK_TXN)
     print(
         f"{len(envs):,} envelopes ({args.messages:,} messages + {acks:,} ACKs), 16 producers,"
-        f" built in {time.perf_counter() - t0:.1f}s; best CPU time of {args.repeat}"
+        f" built in {time.perf_counter() - t0:.1f}s; best CPU time of {args.repeat}; "
+        + ("C kernel" if _native.speedups is not None else "pure Python")
     )
     fns = {
         "floor (touch .ids + append)": floor_loop,

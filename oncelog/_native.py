@@ -1,18 +1,27 @@
-"""The optional C speed-ups (`oncelog._speedups`), configured for this process, or None.
+"""The optional C speed-ups (`oncelog._speedups`) for this process, or None.
 
 Built from `oncelog/_speedups.c` when oncelog is installed on a machine with a C
 compiler; without it (or with `ONCELOG_PURE_PYTHON=1` in the environment) oncelog
 runs the equivalent pure-Python code. Both paths give the same results: the tests
 run each.
+
+The extension keeps no process-wide configuration: it has a `Decoder` type (made here
+once, with the classes it builds) and a `Kernel` type (one per `Sequencer`, which
+delegates to it). Its UUID layout, flag values and queue outcomes are compiled in; they
+are checked here, at load, against their one definition in oncelog.message and
+oncelog.sequencer (a mismatch is a build bug, not a reason to fall back).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from oncelog import message
 from oncelog.message import (
     _FLAG_VALUES,
     _NIL_FIELDS,
@@ -24,38 +33,87 @@ from oncelog.message import (
     parse_uuid_fields,
 )
 
-__all__ = ["speedups", "PURE_ENV"]
+if TYPE_CHECKING:
+    from oncelog._speedups import Decoder, Kernel
+
+__all__ = ["PURE_ENV", "Speedups", "speedups"]
 
 PURE_ENV = "ONCELOG_PURE_PYTHON"
 """Set to 1 to run without the C speed-ups even where they are built."""
 
+_LAYOUT_NAMES = (
+    "OUTSIDE_TXN",
+    "CONTINUE_TXN",
+    "ACK_TXN",
+    "FLAGS_MASK",
+    "CLOCK_SEQ_BYTE",
+    "SEQ_COUNTER_SHIFT",
+    "SEQ_COUNTER_MASK",
+    "TIME_HI_MASK",
+    "PRODUCER_BYTE",
+    "PRODUCER_ID_LEN",
+)
 
-def _load() -> ModuleType | None:
+
+class Speedups:
+    """The loaded extension: its module, and the decoder made for this process's classes.
+
+    `decode_json_lines` and `uuid_ids` are the decoder's own (C) methods; `Kernel` is the
+    sequencing kernel type (`oncelog.sequencer.Sequencer` makes one per instance).
+    """
+
+    __slots__ = ("Kernel", "decode_json_lines", "decoder", "module", "uuid_ids")
+
+    def __init__(self, module: ModuleType, decoder: Decoder) -> None:
+        self.module = module
+        self.decoder = decoder
+        self.Kernel: type[Kernel] = module.Kernel
+        self.decode_json_lines: Callable[
+            [bytes, int, str, str, int], tuple[list[Envelope], int]
+        ] = decoder.decode_json_lines
+        """Envelopes of the complete lines of data[:limit], and where decoding stopped."""
+        self.uuid_ids: Callable[[object], tuple[bytes, int, Any] | None] = decoder.uuid_ids
+        """(producer, clock, flags) of a canonical UUID string; None if it is not one."""
+
+
+def _load() -> Speedups | None:
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return None
     try:
         from oncelog import _speedups
     except ImportError:
         return None
-    _speedups.configure(Envelope, JSONMessage, orjson.loads, _FLAG_VALUES, _NIL_FIELDS)
     _check_layout(_speedups)
-    return _speedups
+    decoder = _speedups.Decoder(Envelope, JSONMessage, orjson.loads, _FLAG_VALUES, _NIL_FIELDS)
+    _check_uuids(decoder)
+    return Speedups(_speedups, decoder)
 
 
 def _check_layout(module: ModuleType) -> None:
-    """The C parser hard-codes the UUID layout of oncelog.message: check that they agree
-    on UUIDs with every field at its extremes (a mismatch is a build bug, not a fallback)."""
+    """The C constants against oncelog.message's (their one definition)."""
+    expected = {name: getattr(message, name) for name in _LAYOUT_NAMES}
+    if module.LAYOUT != expected:
+        wrong = sorted(k for k in expected if module.LAYOUT.get(k) != expected[k])
+        raise ImportError(
+            f"oncelog._speedups was built with another UUID layout or flags ({', '.join(wrong)}:"
+            f" {[module.LAYOUT.get(k) for k in wrong]}, oncelog.message has"
+            f" {[expected[k] for k in wrong]}): rebuild the extension"
+        )
+
+
+def _check_uuids(decoder: Decoder) -> None:
+    """The C parser against oncelog.message on UUIDs with every field at its extremes."""
     producer = bytes([0x81, 0x02, 0x40, 0x08, 0x10, 0xFF])
     for clock in (1, SEQ_COUNTER_MASK, (1 << 64) - 1, 0x0123456789ABCDEF):
         for flags in (0, 1, 2, FLAGS_MASK):
             text = str(build_uuid(producer, clock, flags))
             for t in (text, text.upper()):
-                if module.uuid_ids(t) != parse_uuid_fields(text):
+                if decoder.uuid_ids(t) != parse_uuid_fields(text):
                     raise ImportError(
-                        f"oncelog._speedups parses {t} as {module.uuid_ids(t)}, oncelog.message"
+                        f"oncelog._speedups parses {t} as {decoder.uuid_ids(t)}, oncelog.message"
                         f" as {parse_uuid_fields(text)}: rebuild the extension"
                     )
 
 
-speedups: ModuleType | None = _load()
-"""The configured C module, or None when running pure Python."""
+speedups: Speedups | None = _load()
+"""The loaded C speed-ups, or None when running pure Python."""

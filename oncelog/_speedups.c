@@ -1,143 +1,1613 @@
-/* oncelog._speedups: the JSON-lines decode hot path in C (optional).
+/* oncelog._speedups: the optional C fast paths of decoding and sequencing.
  *
- * decode_json_lines() turns the complete lines of a buffer into Envelopes of
- * JSONMessages, exactly as oncelog.framing.jsonlines does in Python, and parses
- * each canonical UUID string into the envelope's cached (producer, clock, flags).
- * It stops at the first line it cannot decode cleanly (bad JSON, not an object)
- * and reports where: the Python path takes over from there and raises the error
- * with its journal and offsets. Anything unusual about a UUID (missing, not a
- * canonical lower/upper-case hex string) is left for Envelope to parse lazily.
+ * Two extension types, each owning its state; nothing here writes into another
+ * object's memory, reads CPython internals, or keeps process-wide state:
  *
- * Instances are built by allocating the (slots-only) Python classes and storing
- * into their slots through the offsets of their member descriptors, which
- * configure() looks up and checks once.
+ * - `Decoder(Envelope, JSONMessage, loads, flag_values, nil_fields)` turns the complete
+ *   lines of a buffer into Envelopes of JSONMessages exactly as oncelog.framing.jsonlines
+ *   does in Python, each with its canonical UUID string parsed into the cached
+ *   (producer, clock, flags). The instances are made with the classes' own `__new__` and
+ *   filled through their attributes' descriptors (the public descriptor protocol, as
+ *   `setattr` does). It stops at the first line it cannot decode cleanly (bad JSON, not an
+ *   object) and reports where: the Python path takes over and raises the error with its
+ *   journal and offsets. Anything unusual about a UUID is left for Envelope to parse.
+ * - `Kernel(offsets, states, buffer, warn)` is the sequencing kernel of
+ *   oncelog.sequencer (`SequencingKernel`), rule for rule: the ring, the per-producer
+ *   table, the read-through offsets and the committed sequence being stepped through are
+ *   its own C state. `Sequencer` delegates to it when the extension is available; its
+ *   `sequence()` iterator runs queue-then-step without returning to Python.
+ *
+ * Multi-phase initialisation (PEP 489): the types live in the module's state. The UUID
+ * layout and flag values below are checked against oncelog.message (their one
+ * definition) by oncelog._native when the module is loaded, through `LAYOUT`.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
+#include <stdint.h>
 #include <string.h>
 
+/* The UUID layout and flags of oncelog.message (checked at load, see LAYOUT). */
+#define OUTSIDE_TXN 0
+#define CONTINUE_TXN 1
+#define ACK_TXN 2
+#define FLAGS_MASK 0x3FF
+#define CLOCK_SEQ_BYTE 8
+#define SEQ_COUNTER_SHIFT 10
+#define SEQ_COUNTER_MASK 0xF
+#define TIME_HI_MASK 0x0FFF
+#define PRODUCER_BYTE 10
+#define PRODUCER_ID_LEN 6
+
+/* QueueOutcome, in the order of OUTCOMES (their values in oncelog.sequencer). */
+enum {
+    O_OUTSIDE_ALREADY_ACKED, O_OUTSIDE_COMMIT, O_CONTINUE_ALREADY_ACKED,
+    O_CONTINUE_TXN_CLOCK_LARGER, O_CONTINUE_BEGIN_SPAN, O_CONTINUE_EXTEND_SPAN,
+    O_ACK_ROLLBACK, O_ACK_EMPTY, O_ACK_COMMIT_RING, O_ACK_COMMIT_REPLAY, O_N
+};
+static const char *const OUTCOME_VALUES[O_N] = {
+    "outsideAlreadyAcked", "outsideCommit", "continueAlreadyAcked", "continueTxnClockLarger",
+    "continueBeginSpan", "continueExtendSpan", "ackRollback", "ackEmpty", "ackCommitRing",
+    "ackCommitReplay",
+};
+
+/* Warnings the kernel reports through its `warn` callback (texts in oncelog.sequencer). */
+enum { W_UNEXPECTED_FLAGS, W_OUTSIDE_AFTER_PENDING, W_ACK_BELOW_LAST };
+
+/* Envelope attributes the kernel reads. */
+enum { F_JOURNAL, F_BEGIN, F_END, F_IDS, F_N };
+static const char *const FIELD_NAMES[F_N] = {"journal", "begin", "end", "_ids"};
+
 typedef struct {
-    PyTypeObject *type;
-    Py_ssize_t off[5];
-    int n;
-} SlotClass;
+    PyTypeObject *partial_type;
+    PyTypeObject *kernel_type;
+    PyTypeObject *seqiter_type;
+    PyTypeObject *decoder_type;
+    PyObject *names[F_N];
+    PyObject *str_ids; /* "ids": the parsing property, when `_ids` is None */
+} ModState;
 
-static SlotClass envelope_cls = {NULL, {0}, 0}; /* journal, begin, end, message, _ids */
-static SlotClass message_cls = {NULL, {0}, 0};  /* doc, uuid_field */
-static PyObject *loads_func = NULL;
-static PyObject *flag_values = NULL; /* tuple: flags value -> Flags member or int */
-static PyObject *nil_fields = NULL;  /* the ids of a message with no UUID */
-static PyObject *value_error = NULL;
-
-/* Producer IDs: one shared bytes object per node value (a small direct-mapped cache). */
-#define PRODUCER_CACHE 1024
-static unsigned long long cache_node[PRODUCER_CACHE];
-static PyObject *cache_bytes[PRODUCER_CACHE];
-
-/* The offsets of the object slots `names` of the slots-only class `cls` into `off`. */
-static int
-slot_offsets(PyObject *cls, const char *const *names, int n, Py_ssize_t *off)
+static inline ModState *
+state_of(PyObject *module)
 {
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "configure() needs classes");
-        return -1;
+    return (ModState *)PyModule_GetState(module);
+}
+
+/* --------------------------------------------------------------------------------------
+ * Attribute access through a one-type cache of data descriptors.
+ *
+ * For an object of the cached type whose attribute is a data descriptor (a slot member or
+ * a property: it takes precedence over any instance dict), calling the descriptor's own
+ * __get__/__set__ is what PyObject_GetAttr/SetAttr would do, minus the lookup. Any other
+ * case (another type, a type with its own __getattribute__/__setattr__, a plain class
+ * attribute) takes PyObject_GetAttr/SetAttr. */
+
+typedef struct {
+    PyTypeObject *type; /* strong */
+    PyObject *descr[F_N > 5 ? F_N : 5];
+    descrgetfunc get[F_N > 5 ? F_N : 5];
+    descrsetfunc set[F_N > 5 ? F_N : 5];
+    int n;
+} AttrCache;
+
+static void
+cache_clear(AttrCache *c)
+{
+    Py_CLEAR(c->type);
+    for (int i = 0; i < c->n; i++) {
+        Py_CLEAR(c->descr[i]);
+        c->get[i] = NULL;
+        c->set[i] = NULL;
     }
-    PyTypeObject *type = (PyTypeObject *)cls;
-    if (type->tp_dictoffset != 0) {
-        PyErr_Format(PyExc_TypeError, "%s must have __slots__ and no __dict__", type->tp_name);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) {
-        PyObject *descr = PyObject_GetAttrString(cls, names[i]);
-        if (descr == NULL)
-            return -1;
-        if (!Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-            Py_DECREF(descr);
-            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, names[i]);
-            return -1;
-        }
-        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-        if (member->type != T_OBJECT_EX || (member->flags & READONLY)) {
-            Py_DECREF(descr);
-            PyErr_Format(PyExc_TypeError, "%s.%s is not a writable object slot",
-                         type->tp_name, names[i]);
-            return -1;
-        }
-        off[i] = member->offset;
-        Py_DECREF(descr);
-    }
+}
+
+static int
+cache_traverse(AttrCache *c, visitproc visit, void *arg)
+{
+    Py_VISIT(c->type);
+    for (int i = 0; i < c->n; i++)
+        Py_VISIT(c->descr[i]);
     return 0;
 }
 
-/* A SlotClass for `cls`, set only once every name is found to be a slot. */
 static int
-slot_class(PyObject *cls, const char *const *names, int n, SlotClass *out)
+cache_fill(AttrCache *c, PyTypeObject *type, PyObject *const *names, int n)
 {
-    Py_ssize_t off[5] = {0};
-    if (slot_offsets(cls, names, n, off) < 0)
+    cache_clear(c);
+    c->n = n;
+    int generic = PyType_GetSlot(type, Py_tp_getattro) == (void *)PyObject_GenericGetAttr &&
+                  PyType_GetSlot(type, Py_tp_setattro) == (void *)PyObject_GenericSetAttr;
+    for (int i = 0; i < n && generic; i++) {
+        PyObject *d = PyObject_GetAttr((PyObject *)type, names[i]);
+        if (d == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear();
+            continue;
+        }
+        descrgetfunc get = (descrgetfunc)PyType_GetSlot(Py_TYPE(d), Py_tp_descr_get);
+        descrsetfunc set = (descrsetfunc)PyType_GetSlot(Py_TYPE(d), Py_tp_descr_set);
+        if (get == NULL || set == NULL) {
+            Py_DECREF(d); /* not a data descriptor: an instance dict could shadow it */
+            continue;
+        }
+        c->descr[i] = d;
+        c->get[i] = get;
+        c->set[i] = set;
+    }
+    c->type = (PyTypeObject *)Py_NewRef(type);
+    return 0;
+}
+
+static inline PyObject *
+cached_get(AttrCache *c, PyObject *const *names, int n, PyObject *obj, int i)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type != c->type && cache_fill(c, type, names, n) < 0)
+        return NULL;
+    if (c->get[i] != NULL)
+        return c->get[i](c->descr[i], obj, (PyObject *)type);
+    return PyObject_GetAttr(obj, names[i]);
+}
+
+/* Raise oncelog.sequencer.<name>(*args) (args stolen; NULL: an error is already set). */
+static void
+raise_sequencer_error(const char *name, PyObject *args)
+{
+    if (args == NULL)
+        return;
+    PyObject *mod = PyImport_ImportModule("oncelog.sequencer");
+    PyObject *cls = mod != NULL ? PyObject_GetAttrString(mod, name) : NULL;
+    Py_XDECREF(mod);
+    if (cls != NULL) {
+        PyObject *exc = PyObject_CallObject(cls, args);
+        if (exc != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        Py_DECREF(cls);
+    }
+    Py_DECREF(args);
+}
+
+static void
+raise_message(const char *name, PyObject *message)
+{
+    raise_sequencer_error(name, message != NULL ? PyTuple_Pack(1, message) : NULL);
+    Py_XDECREF(message);
+}
+
+/* --------------------------------------------------------------------------------------
+ * Partial: a producer's partial sequence within one journal (the kernel's record). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *journal;  /* str */
+    PyObject *producer; /* bytes */
+    uint64_t min_clock, max_clock;
+    long long begin;    /* offset of the first pending message; -1: no transaction open */
+    Py_ssize_t ring_start, ring_stop; /* its messages still in the ring; -1: none */
+    char tracked;       /* filed in the kernel's table */
+    char pending;       /* counted in the kernel's pending transactions */
+} PartialObj;
+
+static PartialObj *
+partial_new(ModState *st, PyObject *journal, PyObject *producer, uint64_t last_ack,
+            long long begin, int tracked)
+{
+    PartialObj *p = PyObject_New(PartialObj, st->partial_type);
+    if (p == NULL)
+        return NULL;
+    p->journal = Py_NewRef(journal);
+    p->producer = Py_NewRef(producer);
+    p->min_clock = p->max_clock = last_ack;
+    p->begin = begin;
+    p->ring_start = p->ring_stop = -1;
+    p->tracked = (char)tracked;
+    p->pending = 0;
+    return p;
+}
+
+static void
+partial_dealloc(PartialObj *p)
+{
+    PyTypeObject *type = Py_TYPE(p);
+    Py_XDECREF(p->journal);
+    Py_XDECREF(p->producer);
+    PyObject_Free(p);
+    Py_DECREF(type);
+}
+
+static PyObject *
+partial_state(PartialObj *p)
+{
+    return Py_BuildValue("(OOKKLnnO)", p->journal, p->producer, (unsigned long long)p->min_clock,
+                         (unsigned long long)p->max_clock, p->begin, p->ring_start, p->ring_stop,
+                         p->tracked ? Py_True : Py_False);
+}
+
+static PyType_Slot partial_slots[] = {
+    {Py_tp_dealloc, partial_dealloc},
+    {Py_tp_doc, "A producer's partial sequence in one journal (a Kernel record)."},
+    {0, NULL},
+};
+
+static PyType_Spec partial_spec = {
+    .name = "oncelog._speedups._Partial",
+    .basicsize = sizeof(PartialObj),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = partial_slots,
+};
+
+/* --------------------------------------------------------------------------------------
+ * Kernel */
+
+typedef struct {
+    PyObject_HEAD
+    ModState *st;
+    Py_ssize_t size, head;
+    /* The ring: envelope, next index in its partial's chain (-1: none), owning partial,
+     * and the envelope's begin offset, clock and flags (read once, when queued). */
+    PyObject **ring;
+    Py_ssize_t *next;
+    PartialObj **owner;
+    long long *rbegin;
+    uint64_t *rclock;
+    long *rflags;
+    PyObject *offsets;     /* dict: journal -> read-through offset */
+    PyObject *off_journal; /* an offset not yet in `offsets`: journal -> off_env.end */
+    PyObject *off_env;
+    PyObject *partials;    /* dict: journal -> dict: producer -> Partial */
+    PyObject *cur_journal; /* the journal last looked up, and its dict (NULL: none yet) */
+    PyObject *cur_bp;
+    Py_ssize_t npending;   /* partials with `pending` set */
+    PartialObj *emit;      /* the committed sequence being stepped through, or NULL */
+    PyObject *dequeued;    /* the envelope step() last returned (or skipped), or NULL */
+    uint64_t dequeued_clock;
+    PyObject *replay_it;   /* a replay being read, or NULL */
+    PyObject *warn;        /* warn(env, producer, last_ack, begin, clock, flags, code) */
+    AttrCache cache;       /* envelope attributes */
+} KernelObj;
+
+typedef struct {
+    PyObject_HEAD
+    KernelObj *k;
+    PyObject *it;     /* the envelopes */
+    PyObject *replay; /* replay(journal, begin, end), or None */
+    int acks;
+    int state;        /* TOP, STEPPING or DONE */
+    PyObject *last;   /* the envelope last yielded */
+} SeqIterObj;
+
+enum { IT_TOP, IT_STEPPING, IT_DONE };
+
+static inline PyObject *
+env_get(KernelObj *k, PyObject *env, int field)
+{
+    return cached_get(&k->cache, k->st->names, F_N, env, field);
+}
+
+static int
+as_u64(PyObject *v, uint64_t *out)
+{
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "a clock must be an int, not %.100s", Py_TYPE(v)->tp_name);
         return -1;
-    memcpy(out->off, off, sizeof off);
-    out->n = n;
-    Py_XSETREF(out->type, (PyTypeObject *)Py_NewRef(cls));
+    }
+    int overflow;
+    long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow == 0) {
+        if (s == -1 && PyErr_Occurred())
+            return -1;
+        if (s < 0) {
+            PyErr_SetString(PyExc_ValueError, "a clock must not be negative");
+            return -1;
+        }
+        *out = (uint64_t)s;
+        return 0;
+    }
+    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    if (x == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int
+as_offset(PyObject *v, long long *out)
+{
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *out = x;
+    return 0;
+}
+
+/* The (producer, clock, flags) of env: a new reference to the tuple (the producer is
+ * borrowed from it), its clock and flags. */
+static PyObject *
+env_ids(KernelObj *k, PyObject *env, uint64_t *clock, long *flags)
+{
+    PyObject *ids = env_get(k, env, F_IDS);
+    if (ids == Py_None) {
+        Py_DECREF(ids);
+        ids = PyObject_GetAttr(env, k->st->str_ids);
+    }
+    if (ids == NULL)
+        return NULL;
+    if (!PyTuple_Check(ids) || PyTuple_GET_SIZE(ids) != 3 ||
+        !PyBytes_Check(PyTuple_GET_ITEM(ids, 0))) {
+        Py_DECREF(ids);
+        PyErr_SetString(PyExc_TypeError, "envelope ids must be (producer, clock, flags)");
+        return NULL;
+    }
+    if (as_u64(PyTuple_GET_ITEM(ids, 1), clock) < 0) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    long f = PyLong_AsLong(PyTuple_GET_ITEM(ids, 2));
+    if (f == -1 && PyErr_Occurred()) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    *flags = f;
+    return ids;
+}
+
+static int
+env_offset(KernelObj *k, PyObject *env, int field, long long *out)
+{
+    PyObject *v = env_get(k, env, field);
+    if (v == NULL)
+        return -1;
+    int rc = as_offset(v, out);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* ---- offsets: the last one set is kept as (journal, envelope) until needed */
+
+static int
+flush_offset(KernelObj *k)
+{
+    if (k->off_env == NULL)
+        return 0;
+    PyObject *end = env_get(k, k->off_env, F_END);
+    if (end == NULL)
+        return -1;
+    int rc = PyDict_SetItem(k->offsets, k->off_journal, end);
+    Py_DECREF(end);
+    if (rc < 0)
+        return -1;
+    Py_CLEAR(k->off_env);
+    Py_CLEAR(k->off_journal);
+    return 0;
+}
+
+/* offsets[journal] = env.end */
+static int
+set_offset(KernelObj *k, PyObject *journal, PyObject *env)
+{
+    if (k->off_env != NULL && k->off_journal != journal) {
+        int same = PyObject_RichCompareBool(k->off_journal, journal, Py_EQ);
+        if (same < 0 || (!same && flush_offset(k) < 0))
+            return -1;
+    }
+    Py_INCREF(journal);
+    Py_XSETREF(k->off_journal, journal);
+    Py_INCREF(env);
+    Py_XSETREF(k->off_env, env);
+    return 0;
+}
+
+static inline void
+pending_add(KernelObj *k, PartialObj *p)
+{
+    if (!p->pending) {
+        p->pending = 1;
+        k->npending++;
+    }
+}
+
+static inline void
+pending_discard(KernelObj *k, PartialObj *p)
+{
+    if (p->pending) {
+        p->pending = 0;
+        k->npending--;
+    }
+}
+
+/* The producer dict of `journal` (borrowed; *out NULL if it has none yet). */
+static int
+journal_table(KernelObj *k, PyObject *journal, PyObject **out)
+{
+    if (journal != k->cur_journal) {
+        PyObject *bp = PyDict_GetItemWithError(k->partials, journal);
+        if (bp == NULL && PyErr_Occurred())
+            return -1;
+        Py_INCREF(journal);
+        Py_XSETREF(k->cur_journal, journal);
+        Py_XINCREF(bp);
+        Py_XSETREF(k->cur_bp, bp);
+    }
+    *out = k->cur_bp;
+    return 0;
+}
+
+static int
+track(KernelObj *k, PyObject *journal, PartialObj *p)
+{
+    PyObject *bp;
+    if (journal_table(k, journal, &bp) < 0)
+        return -1;
+    if (bp == NULL) {
+        bp = PyDict_New();
+        if (bp == NULL)
+            return -1;
+        if (PyDict_SetItem(k->partials, journal, bp) < 0) {
+            Py_DECREF(bp);
+            return -1;
+        }
+        Py_XSETREF(k->cur_bp, bp); /* journal_table made `journal` the current one */
+    }
+    if (PyDict_SetItem(bp, p->producer, (PyObject *)p) < 0)
+        return -1;
+    p->tracked = 1;
+    return 0;
+}
+
+static int
+decide_outcome(uint64_t min_clock, uint64_t max_clock, int span_open, uint64_t clock, long flags)
+{
+    if (flags == CONTINUE_TXN) {
+        if (clock <= max_clock)
+            return clock <= min_clock ? O_CONTINUE_ALREADY_ACKED : O_CONTINUE_TXN_CLOCK_LARGER;
+        return span_open ? O_CONTINUE_EXTEND_SPAN : O_CONTINUE_BEGIN_SPAN;
+    }
+    if (flags == ACK_TXN) {
+        if (clock <= min_clock)
+            return O_ACK_ROLLBACK;
+        return span_open ? O_ACK_COMMIT_RING : O_ACK_EMPTY;
+    }
+    return clock <= min_clock ? O_OUTSIDE_ALREADY_ACKED : O_OUTSIDE_COMMIT;
+}
+
+/* Decide (no mutation): the outcome and the partial it applies to (a new reference; for a
+ * producer new to its journal, or a nil UUID, a fresh untracked record). */
+static int
+decide(KernelObj *k, PyObject *journal, PyObject *producer, uint64_t clock, long flags,
+       PartialObj **out)
+{
+    PartialObj *p = NULL;
+    if (clock == 0) {
+        *out = partial_new(k->st, journal, producer, 0, -1, 0);
+        return *out == NULL ? -1 : O_OUTSIDE_COMMIT;
+    }
+    PyObject *bp;
+    if (journal_table(k, journal, &bp) < 0)
+        return -1;
+    if (bp != NULL) {
+        p = (PartialObj *)PyDict_GetItemWithError(bp, producer);
+        if (p == NULL && PyErr_Occurred())
+            return -1;
+        Py_XINCREF(p);
+    }
+    if (p == NULL && (p = partial_new(k->st, journal, producer, clock - 1, -1, 0)) == NULL)
+        return -1;
+    int outcome = decide_outcome(p->min_clock, p->max_clock, p->begin != -1, clock, flags);
+    if (outcome == O_ACK_COMMIT_RING) {
+        Py_ssize_t start = p->ring_start;
+        if (start == -1 || start == k->head || k->rbegin[start] != p->begin)
+            outcome = O_ACK_COMMIT_REPLAY; /* all or part left the ring */
+    }
+    *out = p;
+    return outcome;
+}
+
+static int
+warn(KernelObj *k, PyObject *env, PartialObj *p, uint64_t clock, long flags, int code)
+{
+    PyObject *r = PyObject_CallFunction(k->warn, "OOKLKli", env, p->producer,
+                                        (unsigned long long)p->min_clock, p->begin,
+                                        (unsigned long long)clock, flags, code);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static int
+evict_start(KernelObj *k, PartialObj *p, Py_ssize_t head)
+{
+    Py_ssize_t nxt = k->next[head];
+    if ((p->ring_start == p->ring_stop) != (nxt == -1)) {
+        PyObject *hex = PyObject_CallMethod(p->producer, "hex", NULL);
+        if (hex != NULL)
+            raise_message("SequencerError",
+                          PyUnicode_FromFormat("ring invariant violated for journal %R producer %U",
+                                               p->journal, hex));
+        Py_XDECREF(hex);
+        return -1;
+    }
+    if (nxt == -1)
+        p->ring_start = p->ring_stop = -1; /* nothing of it is left in the ring */
+    else
+        p->ring_start = nxt;
+    return 0;
+}
+
+static void
+raise_busy(KernelObj *k, const char *what, PyObject *env)
+{
+    PyObject *hex = PyObject_CallMethod(k->emit->producer, "hex", NULL);
+    if (hex == NULL)
+        return;
+    PyObject *at = NULL;
+    if (env != NULL) {
+        PyObject *journal = env_get(k, env, F_JOURNAL);
+        PyObject *begin = journal != NULL ? env_get(k, env, F_BEGIN) : NULL;
+        if (begin != NULL)
+            at = PyUnicode_FromFormat(" (queuing journal %R offset %S)", journal, begin);
+        Py_XDECREF(journal);
+        Py_XDECREF(begin);
+    } else {
+        at = PyUnicode_FromString("");
+    }
+    if (at != NULL)
+        raise_message("SequencerError",
+                      PyUnicode_FromFormat("%s(): committed messages of journal %R producer %U"
+                                           " remain: step() until it returns None first%U",
+                                           what, k->emit->journal, hex, at));
+    Py_DECREF(hex);
+    Py_XDECREF(at);
+}
+
+/* queue_uncommitted: evict the head, decide, apply. The outcome, or -1 on error. */
+static int
+kqueue(KernelObj *k, PyObject *env)
+{
+    if (k->emit != NULL) {
+        raise_busy(k, "queue_uncommitted", env);
+        return -1;
+    }
+    Py_ssize_t head = k->head;
+    PartialObj *o = k->owner[head];
+    if (o != NULL && o->ring_start == head && evict_start(k, o, head) < 0)
+        return -1;
+
+    uint64_t clock;
+    long flags;
+    PyObject *ids = env_ids(k, env, &clock, &flags);
+    if (ids == NULL)
+        return -1;
+    PyObject *journal = env_get(k, env, F_JOURNAL);
+    if (journal == NULL) {
+        Py_DECREF(ids);
+        return -1;
+    }
+    PartialObj *p = NULL;
+    int outcome = decide(k, journal, PyTuple_GET_ITEM(ids, 0), clock, flags, &p);
+    if (outcome < 0)
+        goto fail;
+
+    /* Apply. */
+    if (!p->tracked && clock && track(k, journal, p) < 0)
+        goto fail;
+    int commit = 1, have_begin = 0;
+    long long begin = -1;
+    switch (outcome) {
+    case O_CONTINUE_EXTEND_SPAN:
+        commit = 0;
+        break;
+    case O_OUTSIDE_COMMIT:
+        if (env_offset(k, env, F_BEGIN, &begin) < 0)
+            goto fail;
+        have_begin = 1;
+        if (clock) {
+            if (flags != OUTSIDE_TXN && warn(k, env, p, clock, flags, W_UNEXPECTED_FLAGS) < 0)
+                goto fail;
+            if (p->begin != -1 && warn(k, env, p, clock, flags, W_OUTSIDE_AFTER_PENDING) < 0)
+                goto fail;
+        }
+        /* Any pending span is deliberately clobbered: an implicit rollback. */
+        p->begin = begin;
+        p->ring_stop = -1;
+        break;
+    case O_CONTINUE_BEGIN_SPAN:
+        commit = 0;
+        if (env_offset(k, env, F_BEGIN, &begin) < 0)
+            goto fail;
+        have_begin = 1;
+        p->begin = begin;
+        pending_add(k, p);
+        break;
+    case O_ACK_EMPTY:
+        if (env_offset(k, env, F_BEGIN, &begin) < 0)
+            goto fail;
+        have_begin = 1;
+        p->begin = begin;
+        break;
+    case O_ACK_COMMIT_RING:
+    case O_ACK_COMMIT_REPLAY:
+        break;
+    default:
+        /* *_ALREADY_ACKED, CONTINUE_TXN_CLOCK_LARGER, ACK_ROLLBACK leave the ring alone. */
+        if (outcome == O_ACK_ROLLBACK) {
+            /* Below the last ACK: an upstream consumer recovered an older checkpoint and
+             * re-sent its ACKs; at-least-once for the interval, as Gazette does. */
+            if (clock < p->min_clock && warn(k, env, p, clock, flags, W_ACK_BELOW_LAST) < 0)
+                goto fail;
+            p->min_clock = p->max_clock = clock;
+            p->begin = p->ring_start = p->ring_stop = -1;
+            pending_discard(k, p);
+        }
+        if (set_offset(k, journal, env) < 0)
+            goto fail;
+        goto done;
+    }
+    if (!have_begin && env_offset(k, env, F_BEGIN, &begin) < 0)
+        goto fail;
+    /* Put env in the ring slot at the head, linked after the last entry of p's chain. */
+    Py_INCREF(env);
+    Py_XSETREF(k->ring[head], env);
+    k->next[head] = -1;
+    Py_INCREF(p);
+    Py_XSETREF(k->owner[head], p);
+    k->rbegin[head] = begin;
+    k->rclock[head] = clock;
+    k->rflags[head] = flags;
+    Py_ssize_t stop = p->ring_stop;
+    if (stop == -1)
+        p->ring_start = head;
+    else
+        k->next[stop] = head;
+    p->ring_stop = head;
+    k->head = head + 1 == k->size ? 0 : head + 1;
+    p->max_clock = clock;
+    if (!commit) {
+        if (set_offset(k, journal, env) < 0)
+            goto fail;
+    } else {
+        /* A commit, through `clock`; the offset moves when the sequence is drained. */
+        Py_INCREF(p);
+        Py_XSETREF(k->emit, p);
+    }
+done:
+    Py_DECREF(p);
+    Py_DECREF(journal);
+    Py_DECREF(ids);
+    return outcome;
+fail:
+    Py_XDECREF(p);
+    Py_DECREF(journal);
+    Py_DECREF(ids);
+    return -1;
+}
+
+static int
+check_replayed(KernelObj *k, PyObject *env, PartialObj *emit, long long *begin_out)
+{
+    long long end = k->rbegin[emit->ring_start];
+    PyObject *journal = env_get(k, env, F_JOURNAL);
+    if (journal == NULL)
+        return -1;
+    int same = PyObject_RichCompareBool(journal, emit->journal, Py_EQ);
+    if (same <= 0) {
+        if (same == 0)
+            raise_message("ReplayError",
+                          PyUnicode_FromFormat("replay of wrong journal %R (expected %R, offsets"
+                                               " [%lld, %lld))", journal, emit->journal,
+                                               emit->begin, end));
+        Py_DECREF(journal);
+        return -1;
+    }
+    Py_DECREF(journal);
+    long long begin, env_end;
+    if (env_offset(k, env, F_BEGIN, &begin) < 0 || env_offset(k, env, F_END, &env_end) < 0)
+        return -1;
+    if (begin < emit->begin) {
+        raise_message("ReplayError",
+                      PyUnicode_FromFormat("replay of journal %R has wrong begin offset %lld"
+                                           " (expected >= %lld)", emit->journal, begin,
+                                           emit->begin));
+        return -1;
+    }
+    if (env_end > end) {
+        raise_message("ReplayError",
+                      PyUnicode_FromFormat("replay of journal %R has wrong end offset %lld"
+                                           " (expected <= %lld)", emit->journal, env_end, end));
+        return -1;
+    }
+    *begin_out = begin;
     return 0;
 }
 
 static PyObject *
-configure(PyObject *self, PyObject *args)
+replay_range(KernelObj *k)
 {
-    PyObject *envelope, *message, *loads, *flags, *nil;
-    static const char *const env_names[] = {"journal", "begin", "end", "message", "_ids"};
-    static const char *const msg_names[] = {"doc", "uuid_field"};
-    if (!PyArg_ParseTuple(args, "OOOO!O!:configure", &envelope, &message, &loads,
-                          &PyTuple_Type, &flags, &PyTuple_Type, &nil))
-        return NULL;
-    if (PyTuple_GET_SIZE(flags) != 1024) {
-        PyErr_SetString(PyExc_ValueError, "configure() needs the 1024 flag values");
+    PartialObj *emit = k->emit;
+    if (emit == NULL) {
+        raise_message("SequencerError",
+                      PyUnicode_FromString("replay_range(): no committed messages to step through"));
         return NULL;
     }
-    if (slot_class(envelope, env_names, 5, &envelope_cls) < 0 ||
-        slot_class(message, msg_names, 2, &message_cls) < 0)
+    if (emit->ring_start == -1) {
+        raise_message("SequencerError",
+                      PyUnicode_FromFormat("replay_range(): the committed sequence of journal %R"
+                                           " has been stepped through the ring; nothing is left"
+                                           " to replay", emit->journal));
         return NULL;
-    Py_XSETREF(loads_func, Py_NewRef(loads));
-    Py_XSETREF(flag_values, Py_NewRef(flags));
-    Py_XSETREF(nil_fields, Py_NewRef(nil));
+    }
+    return Py_BuildValue("(OLL)", emit->journal, emit->begin, k->rbegin[emit->ring_start]);
+}
+
+/* step(): the next committed envelope (new reference; *flags its flags), or NULL: drained or
+ * nothing to step through (no error set), or an error. */
+static PyObject *
+kstep(KernelObj *k, long *flags_out)
+{
+    PartialObj *emit = k->emit;
+    if (emit == NULL)
+        return NULL;
+    Py_INCREF(emit); /* a replay runs Python code */
+    Py_ssize_t start = emit->ring_start;
+    if (k->dequeued == NULL) {
+        if (k->replay_it == NULL && emit->begin != k->rbegin[start]) {
+            PyObject *range = replay_range(k);
+            if (range != NULL)
+                raise_message("SequencerError",
+                              PyUnicode_FromFormat("step(): a replay of journal %R offsets [%S,"
+                                                   " %S) must be started with start_replay()"
+                                                   " first (queue outcome was"
+                                                   " ACK_COMMIT_REPLAY)",
+                                                   PyTuple_GET_ITEM(range, 0),
+                                                   PyTuple_GET_ITEM(range, 1),
+                                                   PyTuple_GET_ITEM(range, 2)));
+            Py_XDECREF(range);
+            goto error;
+        }
+    } else {
+        emit->min_clock = k->dequeued_clock; /* the dequeued envelope was processed */
+    }
+    while (start != -1) {
+        PyObject *env;
+        uint64_t clock;
+        long flags;
+        long long begin;
+        if (k->replay_it == NULL) {
+            env = Py_NewRef(k->ring[start]);
+            clock = k->rclock[start];
+            flags = k->rflags[start];
+            begin = k->rbegin[start];
+            start = emit->ring_start = k->next[start];
+        } else {
+            env = PyIter_Next(k->replay_it);
+            if (env == NULL) {
+                if (PyErr_Occurred())
+                    goto error;
+                Py_CLEAR(k->replay_it); /* replay drained: carry on from the ring */
+                continue;
+            }
+            if (check_replayed(k, env, emit, &begin) < 0) {
+                Py_DECREF(env);
+                goto error;
+            }
+            PyObject *ids = env_ids(k, env, &clock, &flags);
+            if (ids == NULL) {
+                Py_DECREF(env);
+                goto error;
+            }
+            int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(ids, 0), emit->producer, Py_EQ);
+            Py_DECREF(ids);
+            if (same <= 0 || clock == 0) {
+                Py_DECREF(env);
+                if (same < 0)
+                    goto error;
+                /* Another producer's message, interleaved in the journal; or a zero clock,
+                 * which commits at once (delivered when first queued). */
+                continue;
+            }
+        }
+        Py_XSETREF(k->dequeued, env);
+        k->dequeued_clock = clock;
+        if (clock && clock <= emit->min_clock)
+            continue; /* a duplicate (from the ring, a replay, or across a checkpoint) */
+        if (clock > emit->max_clock)
+            continue; /* larger than the committing ACK: not committed */
+        emit->begin = begin;
+        *flags_out = flags;
+        Py_DECREF(emit);
+        return Py_NewRef(env);
+    }
+    /* Drained. Offsets were held back when the commit was queued: move them now. */
+    if (k->dequeued != NULL && set_offset(k, emit->journal, k->dequeued) < 0)
+        goto error;
+    emit->max_clock = emit->min_clock;
+    emit->begin = emit->ring_start = emit->ring_stop = -1;
+    pending_discard(k, emit);
+    Py_CLEAR(k->emit);
+    Py_CLEAR(k->dequeued);
+    k->dequeued_clock = 0;
+    Py_DECREF(emit);
+    return NULL;
+error:
+    Py_DECREF(emit);
+    return NULL;
+}
+
+/* ---- Kernel: construction, GC */
+
+static PyObject *
+kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"offsets", "states", "buffer", "warn", NULL};
+    PyObject *offsets, *states, *warn_cb;
+    Py_ssize_t buffer;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OnO:Kernel", kwlist, &PyDict_Type, &offsets,
+                                     &states, &buffer, &warn_cb))
+        return NULL;
+    if (!PyCallable_Check(warn_cb)) {
+        PyErr_SetString(PyExc_TypeError, "Kernel(): warn must be callable");
+        return NULL;
+    }
+    ModState *st = PyType_GetModuleState(type);
+    if (st == NULL)
+        return NULL;
+    KernelObj *k = (KernelObj *)type->tp_alloc(type, 0);
+    if (k == NULL)
+        return NULL;
+    k->st = st;
+    k->size = buffer < 1 ? 1 : buffer;
+    k->head = 0;
+    k->warn = Py_NewRef(warn_cb);
+    k->ring = PyMem_Calloc((size_t)k->size, sizeof(PyObject *));
+    k->next = PyMem_Calloc((size_t)k->size, sizeof(Py_ssize_t));
+    k->owner = PyMem_Calloc((size_t)k->size, sizeof(PartialObj *));
+    k->rbegin = PyMem_Calloc((size_t)k->size, sizeof(long long));
+    k->rclock = PyMem_Calloc((size_t)k->size, sizeof(uint64_t));
+    k->rflags = PyMem_Calloc((size_t)k->size, sizeof(long));
+    k->offsets = PyDict_Copy(offsets);
+    k->partials = PyDict_New();
+    if (k->ring == NULL || k->next == NULL || k->owner == NULL || k->rbegin == NULL ||
+        k->rclock == NULL || k->rflags == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (k->offsets == NULL || k->partials == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < k->size; i++)
+        k->next[i] = -1;
+    PyObject *it = PyObject_GetIter(states);
+    if (it == NULL)
+        goto fail;
+    PyObject *s;
+    while ((s = PyIter_Next(it)) != NULL) {
+        PyObject *journal, *producer;
+        unsigned long long last_ack;
+        long long begin;
+        if (!PyArg_ParseTuple(s, "UO!KL:Kernel state", &journal, &PyBytes_Type, &producer,
+                              &last_ack, &begin)) {
+            Py_DECREF(s);
+            Py_DECREF(it);
+            goto fail;
+        }
+        PartialObj *p = partial_new(st, journal, producer, last_ack, begin, 0);
+        int rc = p != NULL ? track(k, journal, p) : -1;
+        Py_XDECREF(p);
+        Py_DECREF(s);
+        if (rc < 0) {
+            Py_DECREF(it);
+            goto fail;
+        }
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        goto fail;
+    return (PyObject *)k;
+fail:
+    Py_DECREF(k);
+    return NULL;
+}
+
+static int
+kernel_traverse(KernelObj *k, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(k));
+    if (k->ring != NULL)
+        for (Py_ssize_t i = 0; i < k->size; i++)
+            Py_VISIT(k->ring[i]);
+    Py_VISIT(k->offsets);
+    Py_VISIT(k->off_journal);
+    Py_VISIT(k->off_env);
+    Py_VISIT(k->partials);
+    Py_VISIT(k->cur_journal);
+    Py_VISIT(k->cur_bp);
+    Py_VISIT(k->dequeued);
+    Py_VISIT(k->replay_it);
+    Py_VISIT(k->warn);
+    return cache_traverse(&k->cache, visit, arg);
+}
+
+static int
+kernel_clear(KernelObj *k)
+{
+    if (k->ring != NULL)
+        for (Py_ssize_t i = 0; i < k->size; i++)
+            Py_CLEAR(k->ring[i]);
+    if (k->owner != NULL)
+        for (Py_ssize_t i = 0; i < k->size; i++)
+            Py_CLEAR(k->owner[i]);
+    Py_CLEAR(k->offsets);
+    Py_CLEAR(k->off_journal);
+    Py_CLEAR(k->off_env);
+    Py_CLEAR(k->partials);
+    Py_CLEAR(k->cur_journal);
+    Py_CLEAR(k->cur_bp);
+    Py_CLEAR(k->emit);
+    Py_CLEAR(k->dequeued);
+    Py_CLEAR(k->replay_it);
+    Py_CLEAR(k->warn);
+    cache_clear(&k->cache);
+    return 0;
+}
+
+static void
+kernel_dealloc(KernelObj *k)
+{
+    PyTypeObject *type = Py_TYPE(k);
+    PyObject_GC_UnTrack(k);
+    kernel_clear(k);
+    PyMem_Free(k->ring);
+    PyMem_Free(k->next);
+    PyMem_Free(k->owner);
+    PyMem_Free(k->rbegin);
+    PyMem_Free(k->rclock);
+    PyMem_Free(k->rflags);
+    type->tp_free((PyObject *)k);
+    Py_DECREF(type);
+}
+
+/* ---- Kernel: methods */
+
+static PyObject *
+kernel_queue_uncommitted(KernelObj *k, PyObject *env)
+{
+    int outcome = kqueue(k, env);
+    return outcome < 0 ? NULL : PyLong_FromLong(outcome);
+}
+
+static PyObject *
+kernel_decide(KernelObj *k, PyObject *env)
+{
+    uint64_t clock;
+    long flags;
+    PyObject *ids = env_ids(k, env, &clock, &flags);
+    if (ids == NULL)
+        return NULL;
+    PyObject *journal = env_get(k, env, F_JOURNAL);
+    if (journal == NULL) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    PartialObj *p = NULL;
+    int outcome = decide(k, journal, PyTuple_GET_ITEM(ids, 0), clock, flags, &p);
+    Py_DECREF(journal);
+    Py_DECREF(ids);
+    if (outcome < 0)
+        return NULL;
+    PyObject *state = partial_state(p);
+    Py_DECREF(p);
+    return state != NULL ? Py_BuildValue("(iN)", outcome, state) : NULL;
+}
+
+static PyObject *
+kernel_step(KernelObj *k, PyObject *unused)
+{
+    long flags;
+    PyObject *env = kstep(k, &flags);
+    if (env == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return env;
+}
+
+static PyObject *
+kernel_replay_range(KernelObj *k, PyObject *unused)
+{
+    return replay_range(k);
+}
+
+static PyObject *
+kernel_start_replay(KernelObj *k, PyObject *envelopes)
+{
+    if (k->emit == NULL) {
+        raise_message("SequencerError",
+                      PyUnicode_FromString("start_replay(): no committed messages to step through"));
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(envelopes);
+    if (it == NULL)
+        return NULL;
+    Py_XSETREF(k->replay_it, it);
     Py_RETURN_NONE;
 }
 
-/* A new instance of a configured slots class with its slots set (references stolen). */
 static PyObject *
-build(SlotClass *cls, PyObject **values)
+kernel_offsets(KernelObj *k, PyObject *unused)
 {
-    PyObject *obj = cls->type->tp_alloc(cls->type, 0);
-    if (obj == NULL) {
-        for (int i = 0; i < cls->n; i++)
-            Py_XDECREF(values[i]);
+    if (flush_offset(k) < 0)
+        return NULL;
+    return PyDict_Copy(k->offsets);
+}
+
+static PyObject *
+kernel_has_pending(KernelObj *k, PyObject *unused)
+{
+    return PyBool_FromLong(k->npending > 0);
+}
+
+/* checkpoint(prune_below, dequeued_processed): (offsets, [(journal, producer, last_ack,
+ * begin)]) in table order; producers with max_clock < (newest last_ack in their journal) -
+ * prune_below are forgotten (prune_below -1: none). Clears the pending transactions. */
+static PyObject *
+kernel_checkpoint(KernelObj *k, PyObject *args)
+{
+    long long delta;
+    int processed;
+    if (!PyArg_ParseTuple(args, "Lp:checkpoint", &delta, &processed))
+        return NULL;
+    if (flush_offset(k) < 0)
+        return NULL;
+    PyObject *states = PyList_New(0);
+    PyObject *journals = PyDict_Keys(k->partials);
+    PyObject *stale = PyList_New(0);
+    if (states == NULL || journals == NULL || stale == NULL)
+        goto fail;
+    PartialObj *emit = k->emit;
+    int last = 0;
+    uint64_t dclock = k->dequeued_clock;
+    int done = processed && k->dequeued != NULL && emit != NULL;
+    if (done)
+        last = emit->ring_start == -1 && k->replay_it == NULL;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(journals); j++) {
+        PyObject *journal = PyList_GET_ITEM(journals, j);
+        PyObject *bp = PyDict_GetItemWithError(k->partials, journal);
+        if (bp == NULL)
+            goto fail;
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        uint64_t newest = 0;
+        while (PyDict_Next(bp, &pos, &key, &value)) {
+            PartialObj *p = (PartialObj *)value;
+            p->pending = 0;
+            if (p->min_clock > newest)
+                newest = p->min_clock;
+        }
+        if (delta >= 0 && PyDict_GET_SIZE(bp) > 0 && (uint64_t)delta < newest) {
+            /* The bound is newest - delta: at or below 0, nothing is older. */
+            uint64_t bound = newest - (uint64_t)delta;
+            pos = 0;
+            while (PyDict_Next(bp, &pos, &key, &value))
+                if (((PartialObj *)value)->max_clock < bound && PyList_Append(stale, key) < 0)
+                    goto fail;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(stale); i++) {
+                PyObject *producer = PyList_GET_ITEM(stale, i);
+                PartialObj *p = (PartialObj *)PyDict_GetItemWithError(bp, producer);
+                if (p == NULL)
+                    goto fail;
+                p->tracked = 0;
+                if (PyDict_DelItem(bp, producer) < 0)
+                    goto fail;
+            }
+            if (PyList_SetSlice(stale, 0, PyList_GET_SIZE(stale), NULL) < 0)
+                goto fail;
+        }
+        pos = 0;
+        while (PyDict_Next(bp, &pos, &key, &value)) {
+            PartialObj *p = (PartialObj *)value;
+            uint64_t ack = p->min_clock;
+            long long begin = p->begin;
+            if (done && dclock && p == emit) {
+                ack = dclock;
+                begin = last ? -1 : emit->begin;
+            }
+            PyObject *s = Py_BuildValue("(OOKL)", journal, key, (unsigned long long)ack, begin);
+            if (s == NULL || PyList_Append(states, s) < 0) {
+                Py_XDECREF(s);
+                goto fail;
+            }
+            Py_DECREF(s);
+        }
+    }
+    k->npending = 0;
+    PyObject *offsets = PyDict_Copy(k->offsets);
+    if (offsets == NULL)
+        goto fail;
+    if (done && last) {
+        PyObject *end = env_get(k, k->dequeued, F_END);
+        if (end == NULL || PyDict_SetItem(offsets, emit->journal, end) < 0) {
+            Py_XDECREF(end);
+            Py_DECREF(offsets);
+            goto fail;
+        }
+        Py_DECREF(end);
+    }
+    Py_DECREF(journals);
+    Py_DECREF(stale);
+    return Py_BuildValue("(NN)", offsets, states);
+fail:
+    Py_XDECREF(states);
+    Py_XDECREF(journals);
+    Py_XDECREF(stale);
+    return NULL;
+}
+
+static PyObject *
+kernel_sequence(KernelObj *k, PyObject *args)
+{
+    PyObject *envelopes, *replay;
+    int acks;
+    if (!PyArg_ParseTuple(args, "OOp:sequence", &envelopes, &replay, &acks))
+        return NULL;
+    PyObject *it = PyObject_GetIter(envelopes);
+    if (it == NULL)
+        return NULL;
+    SeqIterObj *s = PyObject_GC_New(SeqIterObj, k->st->seqiter_type);
+    if (s == NULL) {
+        Py_DECREF(it);
         return NULL;
     }
-    for (int i = 0; i < cls->n; i++)
-        *(PyObject **)((char *)obj + cls->off[i]) = values[i];
-    return obj;
+    s->k = (KernelObj *)Py_NewRef(k);
+    s->it = it;
+    s->replay = Py_NewRef(replay);
+    s->acks = acks;
+    s->state = IT_TOP;
+    s->last = NULL;
+    PyObject_GC_Track(s);
+    return (PyObject *)s;
 }
 
-/* Byte values of two hex digits, indexed by the digits' two bytes (first << 8 | second);
- * 0x100 marks a pair that is not two hex digits. */
-static unsigned short HEX2[1 << 16];
+/* Introspection, for tests: the ring, a producer's record, the committed sequence. */
+static PyObject *
+kernel_ring(KernelObj *k, PyObject *unused)
+{
+    PyObject *ring = PyList_New(k->size), *next = PyList_New(k->size);
+    if (ring == NULL || next == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < k->size; i++) {
+        PyList_SET_ITEM(ring, i, Py_NewRef(k->ring[i] != NULL ? k->ring[i] : Py_None));
+        PyObject *n = PyLong_FromSsize_t(k->next[i]);
+        if (n == NULL)
+            goto fail;
+        PyList_SET_ITEM(next, i, n);
+    }
+    return Py_BuildValue("(NNn)", ring, next, k->head);
+fail:
+    Py_XDECREF(ring);
+    Py_XDECREF(next);
+    return NULL;
+}
+
+static PyObject *
+kernel_partials(KernelObj *k, PyObject *journal)
+{
+    PyObject *out = PyDict_New();
+    PyObject *bp = out != NULL ? PyDict_GetItemWithError(k->partials, journal) : NULL;
+    if (bp == NULL) {
+        if (PyErr_Occurred())
+            Py_CLEAR(out);
+        return out;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(bp, &pos, &key, &value)) {
+        PyObject *s = partial_state((PartialObj *)value);
+        if (s == NULL || PyDict_SetItem(out, key, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(s);
+    }
+    return out;
+}
+
+static PyObject *
+kernel_emitting(KernelObj *k, PyObject *unused)
+{
+    if (k->emit == NULL)
+        Py_RETURN_NONE;
+    return partial_state(k->emit);
+}
+
+static PyObject *
+kernel_pending(KernelObj *k, PyObject *unused)
+{
+    return PyLong_FromSsize_t(k->npending);
+}
+
+static PyObject *
+kernel_producers(KernelObj *k, PyObject *unused)
+{
+    Py_ssize_t n = 0, pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(k->partials, &pos, &key, &value))
+        n += PyDict_GET_SIZE(value);
+    return PyLong_FromSsize_t(n);
+}
+
+static PyObject *
+kernel_get_dequeued(KernelObj *k, void *unused)
+{
+    return Py_NewRef(k->dequeued != NULL ? k->dequeued : Py_None);
+}
+
+static PyObject *
+kernel_get_buffer(KernelObj *k, void *unused)
+{
+    return PyLong_FromSsize_t(k->size);
+}
+
+static PyObject *
+kernel_get_stepping(KernelObj *k, void *unused)
+{
+    return PyBool_FromLong(k->emit != NULL);
+}
+
+static PyMethodDef kernel_methods[] = {
+    {"queue_uncommitted", (PyCFunction)kernel_queue_uncommitted, METH_O,
+     "Evict the head, decide, apply: the outcome's index in OUTCOMES."},
+    {"decide", (PyCFunction)kernel_decide, METH_O,
+     "(outcome index, partial state) of queueing env next; changes nothing."},
+    {"step", (PyCFunction)kernel_step, METH_NOARGS,
+     "The next committed envelope, or None once the committed sequence is drained."},
+    {"replay_range", (PyCFunction)kernel_replay_range, METH_NOARGS,
+     "(journal, begin, end) to replay before stepping on."},
+    {"start_replay", (PyCFunction)kernel_start_replay, METH_O,
+     "Supply the envelopes of replay_range(), then step() on."},
+    {"offsets", (PyCFunction)kernel_offsets, METH_NOARGS, "A copy of the read-through offsets."},
+    {"has_pending", (PyCFunction)kernel_has_pending, METH_NOARGS,
+     "True if a transaction begun since the last checkpoint is still open."},
+    {"checkpoint", (PyCFunction)kernel_checkpoint, METH_VARARGS,
+     "checkpoint(prune_below, dequeued_processed) -> (offsets, state tuples)."},
+    {"sequence", (PyCFunction)kernel_sequence, METH_VARARGS,
+     "sequence(envelopes, replay, acks) -> iterator of committed envelopes."},
+    {"ring", (PyCFunction)kernel_ring, METH_NOARGS, "(envelopes, next links, head), for tests."},
+    {"partials", (PyCFunction)kernel_partials, METH_O,
+     "producer -> partial state of a journal, for tests."},
+    {"emitting", (PyCFunction)kernel_emitting, METH_NOARGS,
+     "The partial state of the sequence being stepped through, or None."},
+    {"pending", (PyCFunction)kernel_pending, METH_NOARGS,
+     "How many transactions begun since the last checkpoint are open."},
+    {"producers", (PyCFunction)kernel_producers, METH_NOARGS, "How many producers are tracked."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef kernel_getset[] = {
+    {"dequeued", (getter)kernel_get_dequeued, NULL, "The envelope step() last returned.", NULL},
+    {"buffer", (getter)kernel_get_buffer, NULL, "The ring's size.", NULL},
+    {"stepping", (getter)kernel_get_stepping, NULL, "A committed sequence is being stepped.",
+     NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot kernel_slots[] = {
+    {Py_tp_new, kernel_new},
+    {Py_tp_dealloc, kernel_dealloc},
+    {Py_tp_traverse, kernel_traverse},
+    {Py_tp_clear, kernel_clear},
+    {Py_tp_methods, kernel_methods},
+    {Py_tp_getset, kernel_getset},
+    {Py_tp_doc, "Kernel(offsets, states, buffer, warn): SequencingKernel in C (see"
+                " oncelog/sequencer.py)."},
+    {0, NULL},
+};
+
+static PyType_Spec kernel_spec = {
+    .name = "oncelog._speedups.Kernel",
+    .basicsize = sizeof(KernelObj),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = kernel_slots,
+};
+
+/* ---- the sequence() iterator: queue, then step, per envelope */
+
+static PyObject *
+seqiter_fail(SeqIterObj *s)
+{
+    s->state = IT_DONE;
+    Py_CLEAR(s->last);
+    return NULL;
+}
+
+static PyObject *
+seqiter_next(SeqIterObj *s)
+{
+    KernelObj *k = s->k;
+    long flags;
+    PyObject *c;
+    if (s->state == IT_DONE)
+        return NULL;
+    if (s->state == IT_STEPPING) {
+        if (k->dequeued != s->last) {
+            raise_message("SequencerError",
+                          PyUnicode_FromString("sequence(): the sequencer was stepped while this"
+                                               " iterator was suspended; it stops here (carry"
+                                               " on with step())"));
+            return seqiter_fail(s);
+        }
+        goto stepping;
+    }
+    for (;;) {
+        PyObject *env = PyIter_Next(s->it);
+        if (env == NULL) {
+            s->state = IT_DONE; /* the end, or the iterator's error */
+            return NULL;
+        }
+        int outcome = kqueue(k, env);
+        Py_DECREF(env);
+        if (outcome < 0)
+            return seqiter_fail(s);
+        if (k->emit == NULL)
+            continue;
+        if (outcome == O_ACK_COMMIT_REPLAY) {
+            PyObject *range = replay_range(k);
+            if (range == NULL)
+                return seqiter_fail(s);
+            if (s->replay == Py_None) {
+                raise_sequencer_error("ReplayRequired", range);
+                return seqiter_fail(s);
+            }
+            PyObject *r = PyObject_CallObject(s->replay, range);
+            Py_DECREF(range);
+            PyObject *it = r != NULL ? PyObject_GetIter(r) : NULL;
+            Py_XDECREF(r);
+            if (it == NULL)
+                return seqiter_fail(s);
+            Py_XSETREF(k->replay_it, it);
+        }
+        s->state = IT_STEPPING;
+    stepping:
+        while ((c = kstep(k, &flags)) != NULL) {
+            if (!s->acks && flags == ACK_TXN) {
+                Py_DECREF(c);
+                continue;
+            }
+            Py_XSETREF(s->last, Py_NewRef(c));
+            return c;
+        }
+        if (PyErr_Occurred())
+            return seqiter_fail(s);
+        s->state = IT_TOP;
+        Py_CLEAR(s->last);
+    }
+}
+
+static PyObject *
+seqiter_close(SeqIterObj *s, PyObject *unused)
+{
+    s->state = IT_DONE;
+    Py_CLEAR(s->last);
+    Py_RETURN_NONE;
+}
+
+static int
+seqiter_traverse(SeqIterObj *s, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(s));
+    Py_VISIT(s->k);
+    Py_VISIT(s->it);
+    Py_VISIT(s->replay);
+    Py_VISIT(s->last);
+    return 0;
+}
+
+static int
+seqiter_clear(SeqIterObj *s)
+{
+    Py_CLEAR(s->k);
+    Py_CLEAR(s->it);
+    Py_CLEAR(s->replay);
+    Py_CLEAR(s->last);
+    return 0;
+}
 
 static void
-init_hex(void)
+seqiter_dealloc(SeqIterObj *s)
 {
-    signed char value[256];
-    memset(value, -1, sizeof value);
-    for (int i = 0; i < 10; i++)
-        value['0' + i] = (signed char)i;
-    for (int i = 0; i < 6; i++)
-        value['a' + i] = value['A' + i] = (signed char)(10 + i);
-    for (int hi = 0; hi < 256; hi++)
-        for (int lo = 0; lo < 256; lo++)
-            HEX2[hi << 8 | lo] = value[hi] < 0 || value[lo] < 0
-                                     ? 0x100 : (unsigned short)(value[hi] << 4 | value[lo]);
+    PyTypeObject *type = Py_TYPE(s);
+    PyObject_GC_UnTrack(s);
+    seqiter_clear(s);
+    PyObject_GC_Del(s);
+    Py_DECREF(type);
 }
+
+static PyMethodDef seqiter_methods[] = {
+    {"close", (PyCFunction)seqiter_close, METH_NOARGS, "Stop sequencing."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot seqiter_slots[] = {
+    {Py_tp_dealloc, seqiter_dealloc},
+    {Py_tp_traverse, seqiter_traverse},
+    {Py_tp_clear, seqiter_clear},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, seqiter_next},
+    {Py_tp_methods, seqiter_methods},
+    {Py_tp_doc, "Kernel.sequence(): queue_uncommitted then step per envelope, in C."},
+    {0, NULL},
+};
+
+static PyType_Spec seqiter_spec = {
+    .name = "oncelog._speedups.SequenceIterator",
+    .basicsize = sizeof(SeqIterObj),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = seqiter_slots,
+};
+
+/* --------------------------------------------------------------------------------------
+ * Decoder */
+
+#define PRODUCER_CACHE 1024
+enum { E_JOURNAL, E_BEGIN, E_END, E_MESSAGE, E_IDS, E_N };
+enum { M_DOC, M_UUID_FIELD, M_N };
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *env_type, *msg_type;
+    newfunc env_new, msg_new;       /* NULL: object's (allocation alone) */
+    allocfunc env_alloc, msg_alloc;
+    PyObject *env_names[E_N], *msg_names[M_N];
+    AttrCache env_attrs, msg_attrs;
+    PyObject *loads, *flag_values, *nil_fields, *no_args;
+    /* Producer IDs: one shared bytes object per node value (a small direct-mapped cache). */
+    unsigned long long cache_node[PRODUCER_CACHE];
+    PyObject *cache_bytes[PRODUCER_CACHE];
+} DecoderObj;
+
+static int
+decoder_traverse(DecoderObj *d, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(d));
+    Py_VISIT(d->env_type);
+    Py_VISIT(d->msg_type);
+    Py_VISIT(d->loads);
+    Py_VISIT(d->flag_values);
+    Py_VISIT(d->nil_fields);
+    int r = cache_traverse(&d->env_attrs, visit, arg);
+    return r != 0 ? r : cache_traverse(&d->msg_attrs, visit, arg);
+}
+
+static int
+decoder_clear(DecoderObj *d)
+{
+    Py_CLEAR(d->env_type);
+    Py_CLEAR(d->msg_type);
+    Py_CLEAR(d->loads);
+    Py_CLEAR(d->flag_values);
+    Py_CLEAR(d->nil_fields);
+    Py_CLEAR(d->no_args);
+    for (int i = 0; i < E_N; i++)
+        Py_CLEAR(d->env_names[i]);
+    for (int i = 0; i < M_N; i++)
+        Py_CLEAR(d->msg_names[i]);
+    cache_clear(&d->env_attrs);
+    cache_clear(&d->msg_attrs);
+    for (int i = 0; i < PRODUCER_CACHE; i++)
+        Py_CLEAR(d->cache_bytes[i]);
+    return 0;
+}
+
+static void
+decoder_dealloc(DecoderObj *d)
+{
+    PyTypeObject *type = Py_TYPE(d);
+    PyObject_GC_UnTrack(d);
+    decoder_clear(d);
+    type->tp_free((PyObject *)d);
+    Py_DECREF(type);
+}
+
+static int
+decoder_class(PyObject *cls, const char *const *names, int n, PyObject **interned,
+              AttrCache *attrs, newfunc *new_out, allocfunc *alloc_out)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "Decoder() needs classes");
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if ((interned[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (cache_fill(attrs, type, interned, n) < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (attrs->set[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s.%s must be a slot (or another data descriptor)",
+                         type->tp_name, names[i]);
+            return -1;
+        }
+    newfunc new = (newfunc)PyType_GetSlot(type, Py_tp_new);
+    if (new == NULL || (PyType_GetFlags(type) & Py_TPFLAGS_IS_ABSTRACT)) {
+        PyErr_Format(PyExc_TypeError, "%s cannot be instantiated", type->tp_name);
+        return -1;
+    }
+    /* object.__new__ checks its arguments and abstract methods (done above), then
+     * allocates: take the allocation alone (NULL) when the class has no __new__ of its own. */
+    *new_out = new == (newfunc)PyType_GetSlot(&PyBaseObject_Type, Py_tp_new) ? NULL : new;
+    *alloc_out = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    if (*new_out == NULL && *alloc_out == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s has no allocator", type->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+decoder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static const char *const env_names[E_N] = {"journal", "begin", "end", "message", "_ids"};
+    static const char *const msg_names[M_N] = {"doc", "uuid_field"};
+    PyObject *envelope, *message, *loads, *flags, *nil;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Decoder() takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OOOO!O!:Decoder", &envelope, &message, &loads, &PyTuple_Type,
+                          &flags, &PyTuple_Type, &nil))
+        return NULL;
+    if (PyTuple_GET_SIZE(flags) != FLAGS_MASK + 1) {
+        PyErr_Format(PyExc_ValueError, "Decoder() needs the %d flag values", FLAGS_MASK + 1);
+        return NULL;
+    }
+    DecoderObj *d = (DecoderObj *)type->tp_alloc(type, 0);
+    if (d == NULL)
+        return NULL;
+    if (decoder_class(envelope, env_names, E_N, d->env_names, &d->env_attrs, &d->env_new,
+                      &d->env_alloc) < 0 ||
+        decoder_class(message, msg_names, M_N, d->msg_names, &d->msg_attrs, &d->msg_new,
+                      &d->msg_alloc) < 0 ||
+        (d->no_args = PyTuple_New(0)) == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    d->env_type = (PyTypeObject *)Py_NewRef(envelope);
+    d->msg_type = (PyTypeObject *)Py_NewRef(message);
+    d->loads = Py_NewRef(loads);
+    d->flag_values = Py_NewRef(flags);
+    d->nil_fields = Py_NewRef(nil);
+    return (PyObject *)d;
+}
+
+/* A new instance of a class, made by its __new__ (none of its own: object's, which is the
+ * allocation alone). */
+static inline PyObject *
+make(DecoderObj *d, PyTypeObject *type, newfunc new, allocfunc alloc)
+{
+    return new != NULL ? new(type, d->no_args, NULL) : alloc(type, 0);
+}
+
+/* Set attribute i of a new instance through its data descriptor (checked when the Decoder
+ * was made), as setattr would; a new reference to value is taken. */
+#define SET(attrs, i, obj, value) ((attrs)->set[i]((attrs)->descr[i], (obj), (value)))
+
+
+/* Byte values of two hex digits, indexed by the digits' two bytes (first << 8 | second);
+ * 0x100 marks a pair that is not two hex digits. A constant table, built by the compiler. */
+#define HV(c) ((c) >= '0' && (c) <= '9'   ? (c) - '0'                                          \
+               : (c) >= 'a' && (c) <= 'f' ? (c) - 'a' + 10                                     \
+               : (c) >= 'A' && (c) <= 'F' ? (c) - 'A' + 10                                     \
+                                          : -1)
+#define HX(h, l) (HV(h) < 0 || HV(l) < 0 ? 0x100 : (HV(h) << 4 | HV(l)))
+#define HX4(h, l) HX(h, l), HX(h, l + 1), HX(h, l + 2), HX(h, l + 3)
+#define HX16(h, l) HX4(h, l), HX4(h, l + 4), HX4(h, l + 8), HX4(h, l + 12)
+#define HX64(h, l) HX16(h, l), HX16(h, l + 16), HX16(h, l + 32), HX16(h, l + 48)
+#define HXROW(h) HX64(h, 0), HX64(h, 64), HX64(h, 128), HX64(h, 192)
+#define HXROW4(h) HXROW(h), HXROW(h + 1), HXROW(h + 2), HXROW(h + 3)
+#define HXROW16(h) HXROW4(h), HXROW4(h + 4), HXROW4(h + 8), HXROW4(h + 12)
+#define HXROW64(h) HXROW16(h), HXROW16(h + 16), HXROW16(h + 32), HXROW16(h + 48)
+static const unsigned short HEX2[1 << 16] = {
+    HXROW64(0), HXROW64(64), HXROW64(128), HXROW64(192),
+};
 
 /* Where the 16 digit pairs of a canonical UUID string start (dashes at 8, 13, 18 and 23). */
 static const unsigned char PAIR_AT[16] = {
@@ -155,51 +1625,52 @@ uuid_bytes(PyObject *text, unsigned char out[16])
     if (s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-')
         return 0;
     unsigned int bad = 0;
-    for (int k = 0; k < 16; k++) {
-        const unsigned char *d = s + PAIR_AT[k];
+    for (int i = 0; i < 16; i++) {
+        const unsigned char *d = s + PAIR_AT[i];
         unsigned int v = HEX2[d[0] << 8 | d[1]];
         bad |= v;
-        out[k] = (unsigned char)v;
+        out[i] = (unsigned char)v;
     }
     return !(bad & 0x100);
 }
 
 static PyObject *
-producer_bytes(const unsigned char *node)
+producer_bytes(DecoderObj *d, const unsigned char *node)
 {
     unsigned long long v = 0;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < PRODUCER_ID_LEN; i++)
         v = (v << 8) | node[i];
     size_t slot = (size_t)((v ^ (v >> 17) ^ (v >> 31)) % PRODUCER_CACHE);
-    if (cache_bytes[slot] != NULL && cache_node[slot] == v)
-        return Py_NewRef(cache_bytes[slot]);
-    PyObject *b = PyBytes_FromStringAndSize((const char *)node, 6);
+    if (d->cache_bytes[slot] != NULL && d->cache_node[slot] == v)
+        return Py_NewRef(d->cache_bytes[slot]);
+    PyObject *b = PyBytes_FromStringAndSize((const char *)node, PRODUCER_ID_LEN);
     if (b == NULL)
         return NULL;
-    Py_XSETREF(cache_bytes[slot], Py_NewRef(b));
-    cache_node[slot] = v;
+    Py_XSETREF(d->cache_bytes[slot], Py_NewRef(b));
+    d->cache_node[slot] = v;
     return b;
 }
 
-/* (producer, clock, flags) of a UUID value, DESIGN.md §2; NULL with an error set on failure,
- * or a new reference to None when the value is left for lazy parsing. */
+/* (producer, clock, flags) of a UUID value (a new reference); None when the value is left
+ * for lazy parsing; NULL with an error set on failure. */
 static PyObject *
-ids_of(PyObject *value)
+ids_of(DecoderObj *d, PyObject *value)
 {
-    if (value == NULL || value == Py_None)
-        return Py_NewRef(nil_fields);
-    if (PyUnicode_Check(value) && PyUnicode_GET_LENGTH(value) == 0)
-        return Py_NewRef(nil_fields);
+    if (value == NULL || value == Py_None ||
+        (PyUnicode_Check(value) && PyUnicode_GET_LENGTH(value) == 0))
+        return Py_NewRef(d->nil_fields);
     unsigned char b[16];
     if (!uuid_bytes(value, b))
         Py_RETURN_NONE;
-    unsigned long long hi = ((unsigned long long)(b[6] & 0x0f) << 8) | b[7];
+    unsigned long long hi = ((unsigned long long)(((b[6] << 8) | b[7]) & TIME_HI_MASK));
     unsigned long long mid = ((unsigned long long)b[4] << 8) | b[5];
     unsigned long long low = ((unsigned long long)b[0] << 24) | ((unsigned long long)b[1] << 16) |
                              ((unsigned long long)b[2] << 8) | b[3];
-    unsigned long long clock = (((hi << 48) | (mid << 32) | low) << 4) | ((b[8] >> 2) & 0x0f);
-    unsigned int flags = ((unsigned int)(b[8] & 0x03) << 8) | b[9];
-    PyObject *producer = producer_bytes(b + 10);
+    unsigned int seq = ((unsigned int)b[CLOCK_SEQ_BYTE] << 8) | b[CLOCK_SEQ_BYTE + 1];
+    unsigned long long clock = (((hi << 48) | (mid << 32) | low) << 4) |
+                               ((seq >> SEQ_COUNTER_SHIFT) & SEQ_COUNTER_MASK);
+    unsigned int flags = seq & FLAGS_MASK;
+    PyObject *producer = producer_bytes(d, b + PRODUCER_BYTE);
     if (producer == NULL)
         return NULL;
     PyObject *c = PyLong_FromUnsignedLongLong(clock);
@@ -207,26 +1678,29 @@ ids_of(PyObject *value)
         Py_DECREF(producer);
         return NULL;
     }
-    PyObject *f = Py_NewRef(PyTuple_GET_ITEM(flag_values, flags));
     PyObject *ids = PyTuple_New(3);
     if (ids == NULL) {
         Py_DECREF(producer);
         Py_DECREF(c);
-        Py_DECREF(f);
         return NULL;
     }
     PyTuple_SET_ITEM(ids, 0, producer);
     PyTuple_SET_ITEM(ids, 1, c);
-    PyTuple_SET_ITEM(ids, 2, f);
+    PyTuple_SET_ITEM(ids, 2, Py_NewRef(PyTuple_GET_ITEM(d->flag_values, flags)));
     /* Immutable, and nothing in it can refer back to it: never part of a cycle, so the
-     * collector need not look at it (CPython untracks such tuples itself, but only after
-     * a collection has traversed them once). */
+     * collector need not look at it. */
     PyObject_GC_UnTrack(ids);
     return ids;
 }
 
 static PyObject *
-decode_json_lines(PyObject *self, PyObject *args)
+decoder_uuid_ids(DecoderObj *d, PyObject *value)
+{
+    return ids_of(d, value);
+}
+
+static PyObject *
+decoder_decode_json_lines(DecoderObj *d, PyObject *args)
 {
     Py_buffer buf;
     long long base;
@@ -235,33 +1709,38 @@ decode_json_lines(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*LUUn:decode_json_lines", &buf, &base, &journal, &uuid_field,
                           &limit))
         return NULL;
-    if (envelope_cls.type == NULL) {
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_RuntimeError, "oncelog._speedups is not configured");
-        return NULL;
-    }
     if (limit < 0 || limit > buf.len)
         limit = buf.len;
+    const char *data = buf.buf;
     PyObject *out = PyList_New(0);
     if (out == NULL) {
         PyBuffer_Release(&buf);
         return NULL;
     }
-    const char *data = buf.buf;
     Py_ssize_t pos = 0;
     PyObject *last_end = NULL;
+    /* Each line is handed to `loads` in one reused bytearray (a new one whenever `loads`
+     * kept a reference to it): one allocation per batch rather than per line. */
+    PyObject *line = NULL;
     while (pos < limit) {
         const char *nl = memchr(data + pos, '\n', (size_t)(limit - pos));
         if (nl == NULL)
             break;
         Py_ssize_t stop = nl - data + 1;
-        PyObject *line = PyBytes_FromStringAndSize(data + pos, stop - pos);
-        if (line == NULL)
-            goto error;
-        PyObject *doc = PyObject_CallOneArg(loads_func, line);
-        Py_DECREF(line);
+        if (line != NULL && Py_REFCNT(line) != 1)
+            Py_CLEAR(line);
+        if (line == NULL) {
+            line = PyByteArray_FromStringAndSize(data + pos, stop - pos);
+            if (line == NULL)
+                goto error;
+        } else {
+            if (PyByteArray_Resize(line, stop - pos) < 0)
+                goto error;
+            memcpy(PyByteArray_AS_STRING(line), data + pos, (size_t)(stop - pos));
+        }
+        PyObject *doc = PyObject_CallOneArg(d->loads, line);
         if (doc == NULL) {
-            if (PyErr_ExceptionMatches(value_error)) {
+            if (PyErr_ExceptionMatches(PyExc_ValueError)) {
                 PyErr_Clear(); /* a malformed frame: the Python path reports it */
                 break;
             }
@@ -271,17 +1750,21 @@ decode_json_lines(PyObject *self, PyObject *args)
             Py_DECREF(doc);
             break;
         }
-        PyObject *ids = ids_of(PyDict_GetItemWithError(doc, uuid_field));
+        PyObject *value = PyDict_GetItemWithError(doc, uuid_field);
+        PyObject *ids = value == NULL && PyErr_Occurred() ? NULL : ids_of(d, value);
         if (ids == NULL) {
             Py_DECREF(doc);
             goto error;
         }
-        PyObject *msg_values[2] = {doc, Py_NewRef(uuid_field)};
-        PyObject *msg = build(&message_cls, msg_values);
-        if (msg == NULL) {
+        PyObject *msg = make(d, d->msg_type, d->msg_new, d->msg_alloc);
+        if (msg == NULL || SET(&d->msg_attrs, M_DOC, msg, doc) < 0 ||
+            SET(&d->msg_attrs, M_UUID_FIELD, msg, uuid_field) < 0) {
+            Py_XDECREF(msg);
+            Py_DECREF(doc);
             Py_DECREF(ids);
             goto error;
         }
+        Py_DECREF(doc);
         /* One int object for a frame's end and the next frame's begin. */
         PyObject *begin = last_end != NULL ? last_end : PyLong_FromLongLong(base + pos);
         last_end = NULL;
@@ -294,799 +1777,178 @@ decode_json_lines(PyObject *self, PyObject *args)
             goto error;
         }
         last_end = Py_NewRef(end);
-        PyObject *env_values[5] = {Py_NewRef(journal), begin, end, msg, ids};
-        PyObject *env = build(&envelope_cls, env_values);
-        if (env == NULL)
+        PyObject *env = make(d, d->env_type, d->env_new, d->env_alloc);
+        int bad = env == NULL || SET(&d->env_attrs, E_JOURNAL, env, journal) < 0 ||
+                  SET(&d->env_attrs, E_BEGIN, env, begin) < 0 ||
+                  SET(&d->env_attrs, E_END, env, end) < 0 ||
+                  SET(&d->env_attrs, E_MESSAGE, env, msg) < 0 ||
+                  SET(&d->env_attrs, E_IDS, env, ids) < 0;
+        Py_DECREF(begin);
+        Py_DECREF(end);
+        Py_DECREF(msg);
+        Py_DECREF(ids);
+        if (bad) {
+            Py_XDECREF(env);
             goto error;
+        }
         int rc = PyList_Append(out, env);
         Py_DECREF(env);
         if (rc < 0)
             goto error;
         pos = stop;
     }
+    Py_XDECREF(line);
     Py_XDECREF(last_end);
     PyBuffer_Release(&buf);
     return Py_BuildValue("(Nn)", out, pos);
 error:
+    Py_XDECREF(line);
     Py_XDECREF(last_end);
     PyBuffer_Release(&buf);
     Py_DECREF(out);
     return NULL;
 }
 
-static PyObject *
-uuid_ids(PyObject *self, PyObject *value)
-{
-    if (nil_fields == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "oncelog._speedups is not configured");
-        return NULL;
-    }
-    return ids_of(value);
-}
-
-
-/* ---------------------------------------------------------------------------------------
- * Sequencing: the common outcomes of Sequencer.sequence() (oncelog/sequencer.py,
- * `_sequence`), statement for statement, on the Sequencer's own state. Everything else
- * (nil UUIDs, new producers, ACK_EMPTY, replays, rollbacks below the last ACK, unknown
- * flags, values that are not plain ints) goes through Sequencer._sequence_one(), the same
- * Python the pure path runs, so both paths leave the sequencer in the same state at
- * every envelope they yield.
- */
-
-enum { SQ_OFFSETS, SQ_PARTIALS, SQ_PENDING, SQ_EMIT, SQ_DEQUEUED, SQ_DEQUEUED_CLOCK, SQ_RING,
-       SQ_NEXT, SQ_OWNER, SQ_HEAD, SQ_N };
-enum { PA_MIN, PA_MAX, PA_BEGIN, PA_START, PA_STOP, PA_N };
-enum { ENV_JOURNAL, ENV_BEGIN, ENV_END, ENV_MESSAGE, ENV_IDS };
-
-static PyTypeObject *sequencer_type = NULL;
-static Py_ssize_t seq_off[SQ_N];
-static PyTypeObject *partial_type = NULL;
-static Py_ssize_t part_off[PA_N];
-static PyObject *ack_flag = NULL; /* Flags.ACK_TXN */
-static PyObject *minus_one = NULL;
-static PyObject *zero = NULL;
-
-#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
-#define SEQ(it, k) SLOT((it)->seq, seq_off[k])
-#define PART(p, k) SLOT((p), part_off[k])
-#define ENV(e, k) SLOT((e), envelope_cls.off[k])
-
-static int
-set_slot(PyObject *obj, Py_ssize_t off, PyObject *value)
-{
-    PyObject *old = SLOT(obj, off);
-    SLOT(obj, off) = Py_NewRef(value);
-    Py_XDECREF(old);
-    return 0;
-}
-
-static PyObject *
-configure_sequencer(PyObject *self, PyObject *args)
-{
-    PyObject *sequencer, *partial, *ack;
-    static const char *const seq_names[] = {"_offsets", "_partials", "_pending", "_emit",
-                                            "_dequeued", "_dequeued_clock", "_ring", "_next",
-                                            "_owner", "_head"};
-    static const char *const part_names[] = {"min_clock", "max_clock", "begin", "ring_start",
-                                             "ring_stop"};
-    if (!PyArg_ParseTuple(args, "OOO:configure_sequencer", &sequencer, &partial, &ack))
-        return NULL;
-    Py_ssize_t soff[SQ_N], poff[PA_N];
-    if (slot_offsets(sequencer, seq_names, SQ_N, soff) < 0 ||
-        slot_offsets(partial, part_names, PA_N, poff) < 0)
-        return NULL;
-    memcpy(seq_off, soff, sizeof soff);
-    memcpy(part_off, poff, sizeof poff);
-    Py_XSETREF(sequencer_type, (PyTypeObject *)Py_NewRef(sequencer));
-    Py_XSETREF(partial_type, (PyTypeObject *)Py_NewRef(partial));
-    Py_XSETREF(ack_flag, Py_NewRef(ack));
-    if (minus_one == NULL)
-        minus_one = PyLong_FromLong(-1);
-    if (zero == NULL)
-        zero = PyLong_FromLong(0);
-    if (minus_one == NULL || zero == NULL)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-typedef enum { AT_TOP, AFTER_OUTSIDE, IN_WALK, IN_SUB, FINISHED } SeqState;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *seq, *it, *replay, *sub;
-    int acks;
-    PyObject *ring, *nxt, *owner, *offsets, *partials, *pending;
-    Py_ssize_t size;
-    PyObject *journal, *by_producer;
-    SeqState state;
-    PyObject *env, *p, *e;         /* the envelope being queued, its partial, the one yielded */
-    PyObject *clock_obj;           /* env's clock */
-    PyObject *flags_obj;           /* env's flags */
-    unsigned long long clock, mn;  /* env's clock, the partial's min_clock during a walk */
-    long flags;                    /* env's flags */
-    Py_ssize_t walk;               /* next ring index of the walk */
-    PyObject **index;              /* ints 0..size-1, made on demand */
-} SeqIter;
-
-static PyTypeObject SeqIterType;
-
-static PyObject *
-index_obj(SeqIter *it, Py_ssize_t i)
-{
-    if (it->index[i] == NULL) {
-        it->index[i] = PyLong_FromSsize_t(i);
-        if (it->index[i] == NULL)
-            return NULL;
-    }
-    return it->index[i];
-}
-
-/* A slot holding an int as a C value; 0 with no error set if it is not a plain int in range.
- * Public C API only: clocks below 2**63 (all of them until the year 5236) take
- * PyLong_AsLongLongAndOverflow, which reads the digits directly on every version; larger
- * ones PyLong_AsUnsignedLongLong. */
-static int
-as_ull(PyObject *v, unsigned long long *out)
-{
-    if (v == NULL || !PyLong_Check(v))
-        return 0;
-    int overflow;
-    long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow == 0) {
-        if (s == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return 0;
-        }
-        if (s < 0)
-            return 0;
-        *out = (unsigned long long)s;
-        return 1;
-    }
-    if (overflow < 0)
-        return 0;
-    unsigned long long x = PyLong_AsUnsignedLongLong(v);
-    if (x == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    *out = x;
-    return 1;
-}
-
-static int
-as_ssize(PyObject *v, Py_ssize_t *out)
-{
-    if (v == NULL || !PyLong_Check(v))
-        return 0;
-    Py_ssize_t x = PyLong_AsSsize_t(v);
-    if (x == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    *out = x;
-    return 1;
-}
-
-static void
-clear_current(SeqIter *it)
-{
-    Py_CLEAR(it->env);
-    Py_CLEAR(it->p);
-    Py_CLEAR(it->e);
-    Py_CLEAR(it->clock_obj);
-    Py_CLEAR(it->flags_obj);
-}
-
-static PyObject *
-seqiter_new(PyObject *self, PyObject *args)
-{
-    PyObject *seq, *envelopes, *replay;
-    int acks;
-    if (!PyArg_ParseTuple(args, "OOOp:Sequence", &seq, &envelopes, &replay, &acks))
-        return NULL;
-    if (sequencer_type == NULL || envelope_cls.type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "oncelog._speedups is not configured");
-        return NULL;
-    }
-    if (!PyObject_TypeCheck(seq, sequencer_type)) {
-        PyErr_SetString(PyExc_TypeError, "Sequence() needs a Sequencer");
-        return NULL;
-    }
-    PyObject *iter = PyObject_GetIter(envelopes);
-    if (iter == NULL)
-        return NULL;
-    SeqIter *it = PyObject_GC_New(SeqIter, &SeqIterType);
-    if (it == NULL) {
-        Py_DECREF(iter);
-        return NULL;
-    }
-    it->seq = Py_NewRef(seq);
-    it->it = iter;
-    it->replay = Py_NewRef(replay);
-    it->sub = NULL;
-    it->acks = acks;
-    it->ring = Py_NewRef(SEQ(it, SQ_RING));
-    it->nxt = Py_NewRef(SEQ(it, SQ_NEXT));
-    it->owner = Py_NewRef(SEQ(it, SQ_OWNER));
-    it->offsets = Py_NewRef(SEQ(it, SQ_OFFSETS));
-    it->partials = Py_NewRef(SEQ(it, SQ_PARTIALS));
-    it->pending = Py_NewRef(SEQ(it, SQ_PENDING));
-    it->journal = NULL;
-    it->by_producer = NULL;
-    it->state = AT_TOP;
-    it->env = it->p = it->e = it->clock_obj = it->flags_obj = NULL;
-    it->clock = it->mn = 0;
-    it->flags = 0;
-    it->walk = -1;
-    it->index = NULL;
-    it->size = PyList_Check(it->ring) ? PyList_GET_SIZE(it->ring) : 0;
-    if (!PyList_CheckExact(it->ring) || !PyList_CheckExact(it->nxt) ||
-        !PyList_CheckExact(it->owner) || !PyDict_CheckExact(it->offsets) ||
-        !PyDict_CheckExact(it->partials) || !PySet_Check(it->pending) || it->size < 1 ||
-        PyList_GET_SIZE(it->nxt) != it->size || PyList_GET_SIZE(it->owner) != it->size) {
-        PyErr_SetString(PyExc_TypeError, "Sequence(): unexpected Sequencer state");
-        Py_DECREF(it);
-        return NULL;
-    }
-    it->index = PyMem_Calloc((size_t)it->size, sizeof(PyObject *));
-    if (it->index == NULL) {
-        Py_DECREF(it);
-        return PyErr_NoMemory();
-    }
-    PyObject_GC_Track(it);
-    return (PyObject *)it;
-}
-
-static int
-seqiter_clear(SeqIter *it)
-{
-    Py_CLEAR(it->seq);
-    Py_CLEAR(it->it);
-    Py_CLEAR(it->replay);
-    Py_CLEAR(it->sub);
-    Py_CLEAR(it->ring);
-    Py_CLEAR(it->nxt);
-    Py_CLEAR(it->owner);
-    Py_CLEAR(it->offsets);
-    Py_CLEAR(it->partials);
-    Py_CLEAR(it->pending);
-    Py_CLEAR(it->journal);
-    Py_CLEAR(it->by_producer);
-    clear_current(it);
-    if (it->index != NULL) {
-        for (Py_ssize_t i = 0; i < it->size; i++)
-            Py_CLEAR(it->index[i]);
-    }
-    return 0;
-}
-
-static void
-seqiter_dealloc(SeqIter *it)
-{
-    PyObject_GC_UnTrack(it);
-    seqiter_clear(it);
-    PyMem_Free(it->index);
-    PyObject_GC_Del(it);
-}
-
-static int
-seqiter_traverse(SeqIter *it, visitproc visit, void *arg)
-{
-    Py_VISIT(it->seq);
-    Py_VISIT(it->it);
-    Py_VISIT(it->replay);
-    Py_VISIT(it->sub);
-    Py_VISIT(it->ring);
-    Py_VISIT(it->nxt);
-    Py_VISIT(it->owner);
-    Py_VISIT(it->offsets);
-    Py_VISIT(it->partials);
-    Py_VISIT(it->pending);
-    Py_VISIT(it->journal);
-    Py_VISIT(it->by_producer);
-    Py_VISIT(it->env);
-    Py_VISIT(it->p);
-    Py_VISIT(it->e);
-    Py_VISIT(it->clock_obj);
-    Py_VISIT(it->flags_obj);
-    return 0;
-}
-
-/* Put `env` at the ring's head for partial `p` (the ring slot, next link and owner). */
-static int
-ring_put(SeqIter *it, Py_ssize_t head, PyObject *env, PyObject *p)
-{
-    if (PyList_SetItem(it->ring, head, Py_NewRef(env)) < 0 ||
-        PyList_SetItem(it->nxt, head, Py_NewRef(minus_one)) < 0 ||
-        PyList_SetItem(it->owner, head, Py_NewRef(p)) < 0)
-        return -1;
-    return 0;
-}
-
-/* Advance the head past `head`; returns the new head's int object (borrowed) or NULL. */
-static PyObject *
-advance_head(SeqIter *it, Py_ssize_t head)
-{
-    head += 1;
-    if (head == it->size)
-        head = 0;
-    PyObject *h = index_obj(it, head);
-    if (h == NULL)
-        return NULL;
-    set_slot(it->seq, seq_off[SQ_HEAD], h);
-    return h;
-}
-
-static int
-interfered(SeqIter *it, PyObject *expected)
-{
-    if (SEQ(it, SQ_DEQUEUED) == expected)
-        return 0;
-    PyObject *r = PyObject_CallMethod(it->seq, "_raise_interfered", NULL);
-    Py_XDECREF(r);
-    if (r != NULL)
-        PyErr_SetString(PyExc_RuntimeError, "sequence(): the sequencer was stepped meanwhile");
-    return -1;
-}
-
-/* The end of a committed sequence (after an OUTSIDE_COMMIT or a ring walk). */
-static void
-drained(SeqIter *it)
-{
-    set_slot(it->seq, seq_off[SQ_EMIT], Py_None);
-    set_slot(it->seq, seq_off[SQ_DEQUEUED], Py_None);
-    set_slot(it->seq, seq_off[SQ_DEQUEUED_CLOCK], zero);
-}
-
-/* Continue the ring walk of an ACK_COMMIT_RING: the next envelope to yield (new reference),
- * or NULL: the walk is over (error set if it failed). */
-static PyObject *
-walk_on(SeqIter *it)
-{
-    PyObject *p = it->p;
-    while (it->walk != -1) {
-        Py_ssize_t i = it->walk;
-        PyObject *e = PyList_GET_ITEM(it->ring, i);
-        Py_ssize_t next;
-        if (!as_ssize(PyList_GET_ITEM(it->nxt, i), &next) || next < -1 || next >= it->size) {
-            PyErr_Format(PyExc_RuntimeError, "sequencer ring link at %zd is corrupt", i);
-            return NULL;
-        }
-        it->walk = next;
-        if (e == NULL || e == Py_None) {
-            PyErr_Format(PyExc_RuntimeError, "sequencer ring slot %zd is empty", i);
-            return NULL;
-        }
-        Py_INCREF(e);
-        PyObject *ids = ENV(e, ENV_IDS);
-        if (ids == NULL || ids == Py_None) {
-            ids = PyObject_GetAttrString(e, "ids");
-        } else {
-            Py_INCREF(ids);
-        }
-        if (ids == NULL) {
-            Py_DECREF(e);
-            return NULL;
-        }
-        PyObject *c_obj = PyTuple_Check(ids) && PyTuple_GET_SIZE(ids) == 3
-                              ? PyTuple_GET_ITEM(ids, 1) : NULL;
-        unsigned long long c;
-        if (c_obj == NULL || !as_ull(c_obj, &c)) {
-            Py_DECREF(ids);
-            Py_DECREF(e);
-            PyErr_SetString(PyExc_TypeError, "envelope ids must be (producer, clock, flags)");
-            return NULL;
-        }
-        Py_INCREF(c_obj);
-        Py_DECREF(ids);
-        if (c <= it->mn || c > it->clock) {
-            Py_DECREF(c_obj);
-            Py_DECREF(e);
-            continue; /* a duplicate, or not committed by this ACK */
-        }
-        if (e == it->env && !it->acks && it->flags == 2) { /* the committing ACK_TXN */
-            set_slot(p, part_off[PA_MIN], c_obj); /* as if yielded and stepped past */
-            it->mn = c;
-            Py_DECREF(c_obj);
-            Py_DECREF(e);
-            continue;
-        }
-        PyObject *start = next == -1 ? minus_one : index_obj(it, next);
-        if (start == NULL) {
-            Py_DECREF(c_obj);
-            Py_DECREF(e);
-            return NULL;
-        }
-        set_slot(p, part_off[PA_START], start);
-        set_slot(p, part_off[PA_BEGIN], ENV(e, ENV_BEGIN));
-        set_slot(it->seq, seq_off[SQ_DEQUEUED], e);
-        set_slot(it->seq, seq_off[SQ_DEQUEUED_CLOCK], c_obj);
-        Py_XSETREF(it->e, Py_NewRef(e));
-        /* Remember the clock of what is yielded: min_clock moves to it on resuming. */
-        Py_XSETREF(it->clock_obj, c_obj);
-        it->state = IN_WALK;
-        return e;
-    }
-    return NULL;
-}
-
-/* After a walk: the sequence is drained. */
-static int
-walk_done(SeqIter *it)
-{
-    PyObject *p = it->p;
-    PyObject *mn = PART(p, PA_MIN);
-    set_slot(p, part_off[PA_MAX], mn);
-    set_slot(p, part_off[PA_BEGIN], minus_one);
-    set_slot(p, part_off[PA_START], minus_one);
-    set_slot(p, part_off[PA_STOP], minus_one);
-    if (PySet_Discard(it->pending, p) < 0)
-        return -1;
-    if (PyDict_SetItem(it->offsets, it->journal, ENV(it->env, ENV_END)) < 0)
-        return -1;
-    drained(it);
-    clear_current(it);
-    it->state = AT_TOP;
-    return 0;
-}
-
-static PyObject *
-seqiter_fail(SeqIter *it)
-{
-    it->state = FINISHED;
-    clear_current(it);
-    Py_CLEAR(it->sub);
-    return NULL;
-}
-
-/* One envelope through the Python path (`Sequencer._sequence_one`): a generator of what it
- * commits, drained before the next envelope. */
-static PyObject *
-slow_path(SeqIter *it, PyObject *env)
-{
-    PyObject *sub = PyObject_CallMethod(it->seq, "_sequence_one", "OOO", env, it->replay,
-                                        it->acks ? Py_True : Py_False);
-    if (sub == NULL)
-        return NULL;
-    PyObject *first = PyIter_Next(sub);
-    if (first == NULL) {
-        Py_DECREF(sub);
-        return NULL; /* nothing committed (or an error, which the caller checks) */
-    }
-    Py_XSETREF(it->sub, sub);
-    it->state = IN_SUB;
-    return first;
-}
-
-static PyObject *
-seqiter_next(SeqIter *it)
-{
-    PyObject *r;
-    switch (it->state) {
-    case FINISHED:
-        return NULL;
-    case AFTER_OUTSIDE: {
-        if (interfered(it, it->env) < 0)
-            return seqiter_fail(it);
-        PyObject *p = it->p;
-        set_slot(p, part_off[PA_MIN], it->clock_obj);
-        set_slot(p, part_off[PA_BEGIN], minus_one);
-        set_slot(p, part_off[PA_STOP], minus_one);
-        if (PyDict_SetItem(it->offsets, it->journal, ENV(it->env, ENV_END)) < 0)
-            return seqiter_fail(it);
-        drained(it);
-        clear_current(it);
-        it->state = AT_TOP;
-        break;
-    }
-    case IN_WALK: {
-        if (interfered(it, it->e) < 0)
-            return seqiter_fail(it);
-        set_slot(it->p, part_off[PA_MIN], it->clock_obj);
-        if (!as_ull(it->clock_obj, &it->mn))
-            return seqiter_fail(it);
-        r = walk_on(it);
-        if (r != NULL)
-            return r;
-        if (PyErr_Occurred() || walk_done(it) < 0)
-            return seqiter_fail(it);
-        break;
-    }
-    case IN_SUB:
-        r = PyIter_Next(it->sub);
-        if (r != NULL)
-            return r;
-        if (PyErr_Occurred())
-            return seqiter_fail(it);
-        Py_CLEAR(it->sub);
-        it->state = AT_TOP;
-        break;
-    case AT_TOP:
-        break;
-    }
-
-    for (;;) {
-        PyObject *env = PyIter_Next(it->it);
-        if (env == NULL) {
-            it->state = FINISHED;
-            return NULL; /* the end, or the iterator's error */
-        }
-        Py_ssize_t head;
-        if (!as_ssize(SEQ(it, SQ_HEAD), &head) || head < 0 || head >= it->size) {
-            Py_DECREF(env);
-            PyErr_SetString(PyExc_RuntimeError, "sequencer head is corrupt");
-            return seqiter_fail(it);
-        }
-        /* Evict at head, as queue_uncommitted does. */
-        PyObject *o = PyList_GET_ITEM(it->owner, head);
-        if (o != Py_None) {
-            Py_ssize_t start;
-            if (as_ssize(PART(o, PA_START), &start) && start == head) {
-                PyObject *res = PyObject_CallMethod(it->seq, "_evict_start", "On", o, head);
-                if (res == NULL) {
-                    Py_DECREF(env);
-                    return seqiter_fail(it);
-                }
-                Py_DECREF(res);
-            }
-        }
-        if (!PyObject_TypeCheck(env, envelope_cls.type))
-            goto slow;
-        PyObject *ids = ENV(env, ENV_IDS);
-        if (ids == NULL || ids == Py_None || !PyTuple_CheckExact(ids) ||
-            PyTuple_GET_SIZE(ids) != 3)
-            goto slow;
-        PyObject *producer = PyTuple_GET_ITEM(ids, 0);
-        PyObject *clock_obj = PyTuple_GET_ITEM(ids, 1);
-        PyObject *flags_obj = PyTuple_GET_ITEM(ids, 2);
-        unsigned long long clock;
-        long flags;
-        if (!as_ull(clock_obj, &clock) || clock == 0 || !PyLong_Check(flags_obj))
-            goto slow;
-        flags = PyLong_AsLong(flags_obj);
-        if (flags == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            goto slow;
-        }
-        PyObject *journal = ENV(env, ENV_JOURNAL);
-        if (journal == NULL)
-            goto slow;
-        if (journal != it->journal) {
-            int same = it->journal != NULL
-                           ? PyObject_RichCompareBool(journal, it->journal, Py_EQ) : 0;
-            if (same < 0) {
-                Py_DECREF(env);
-                return seqiter_fail(it);
-            }
-            if (!same) {
-                PyObject *bp = PyDict_GetItemWithError(it->partials, journal);
-                if (bp == NULL) {
-                    if (PyErr_Occurred()) {
-                        Py_DECREF(env);
-                        return seqiter_fail(it);
-                    }
-                    bp = PyDict_New();
-                    if (bp == NULL || PyDict_SetItem(it->partials, journal, bp) < 0) {
-                        Py_XDECREF(bp);
-                        Py_DECREF(env);
-                        return seqiter_fail(it);
-                    }
-                    Py_DECREF(bp); /* the dict of partials holds it */
-                }
-                Py_XSETREF(it->journal, Py_NewRef(journal));
-                Py_XSETREF(it->by_producer, Py_NewRef(bp));
-            }
-        }
-        if (!PyDict_CheckExact(it->by_producer))
-            goto slow;
-        PyObject *p = PyDict_GetItemWithError(it->by_producer, producer);
-        if (p == NULL) {
-            if (PyErr_Occurred()) {
-                Py_DECREF(env);
-                return seqiter_fail(it);
-            }
-            goto slow;
-        }
-        if (!PyObject_TypeCheck(p, partial_type))
-            goto slow;
-        unsigned long long pmax, pmin;
-        long long pbegin;
-        if (!as_ull(PART(p, PA_MAX), &pmax) || !as_ull(PART(p, PA_MIN), &pmin) ||
-            PART(p, PA_BEGIN) == NULL || !PyLong_Check(PART(p, PA_BEGIN)))
-            goto slow;
-        pbegin = PyLong_AsLongLong(PART(p, PA_BEGIN));
-        if (pbegin == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            goto slow;
-        }
-        PyObject *h_obj = index_obj(it, head);
-        if (h_obj == NULL) {
-            Py_DECREF(env);
-            return seqiter_fail(it);
-        }
-
-        if (flags == 1) { /* CONTINUE_TXN */
-            if (clock > pmax) { /* CONTINUE_BEGIN_SPAN or _EXTEND_SPAN */
-                Py_ssize_t stop;
-                if (!as_ssize(PART(p, PA_STOP), &stop) || stop < -1 || stop >= it->size)
-                    goto slow;
-                if (pbegin == -1) {
-                    set_slot(p, part_off[PA_BEGIN], ENV(env, ENV_BEGIN));
-                    if (PySet_Add(it->pending, p) < 0)
-                        goto fail_env;
-                }
-                if (ring_put(it, head, env, p) < 0)
-                    goto fail_env;
-                if (stop == -1)
-                    set_slot(p, part_off[PA_START], h_obj);
-                else if (PyList_SetItem(it->nxt, stop, Py_NewRef(h_obj)) < 0)
-                    goto fail_env;
-                set_slot(p, part_off[PA_STOP], h_obj);
-                if (advance_head(it, head) == NULL)
-                    goto fail_env;
-                set_slot(p, part_off[PA_MAX], clock_obj);
-            } /* else CONTINUE_ALREADY_ACKED or CONTINUE_TXN_CLOCK_LARGER */
-            if (PyDict_SetItem(it->offsets, it->journal, ENV(env, ENV_END)) < 0)
-                goto fail_env;
-            Py_DECREF(env);
-            continue;
-        }
-
-        if (flags == 0 && pbegin == -1) {
-            if (clock <= pmin) { /* OUTSIDE_ALREADY_ACKED */
-                if (PyDict_SetItem(it->offsets, it->journal, ENV(env, ENV_END)) < 0)
-                    goto fail_env;
-                Py_DECREF(env);
-                continue;
-            }
-            /* OUTSIDE_COMMIT of a lone message, stepped at once. */
-            if (ring_put(it, head, env, p) < 0)
-                goto fail_env;
-            set_slot(p, part_off[PA_STOP], h_obj);
-            set_slot(p, part_off[PA_BEGIN], ENV(env, ENV_BEGIN));
-            set_slot(p, part_off[PA_MAX], clock_obj);
-            if (advance_head(it, head) == NULL)
-                goto fail_env;
-            set_slot(it->seq, seq_off[SQ_EMIT], p);
-            set_slot(it->seq, seq_off[SQ_DEQUEUED], env);
-            set_slot(it->seq, seq_off[SQ_DEQUEUED_CLOCK], clock_obj);
-            it->env = env; /* owns the reference */
-            it->p = Py_NewRef(p);
-            it->clock_obj = Py_NewRef(clock_obj);
-            it->state = AFTER_OUTSIDE;
-            return Py_NewRef(env);
-        }
-
-        if (flags == 2) { /* ACK_TXN */
-            if (clock == pmin) { /* ACK_ROLLBACK */
-                set_slot(p, part_off[PA_MAX], clock_obj);
-                set_slot(p, part_off[PA_BEGIN], minus_one);
-                set_slot(p, part_off[PA_START], minus_one);
-                set_slot(p, part_off[PA_STOP], minus_one);
-                if (PySet_Discard(it->pending, p) < 0 ||
-                    PyDict_SetItem(it->offsets, it->journal, ENV(env, ENV_END)) < 0)
-                    goto fail_env;
-                Py_DECREF(env);
-                continue;
-            }
-            Py_ssize_t start, stop;
-            if (!as_ssize(PART(p, PA_START), &start) || !as_ssize(PART(p, PA_STOP), &stop) ||
-                start < -1 || start >= it->size || stop < -1 || stop >= it->size)
-                goto slow;
-            int in_ring = 0;
-            if (clock > pmin && start != -1 && stop != -1) {
-                PyObject *first = PyList_GET_ITEM(it->ring, start);
-                if (first != Py_None && PyObject_TypeCheck(first, envelope_cls.type)) {
-                    in_ring = PyObject_RichCompareBool(ENV(first, ENV_BEGIN),
-                                                       PART(p, PA_BEGIN), Py_EQ);
-                    if (in_ring < 0)
-                        goto fail_env;
-                }
-            }
-            if (in_ring) {
-                /* ACK_COMMIT_RING: add the ACK, then step its sequence. */
-                if (ring_put(it, head, env, p) < 0 ||
-                    PyList_SetItem(it->nxt, stop, Py_NewRef(h_obj)) < 0)
-                    goto fail_env;
-                set_slot(p, part_off[PA_STOP], h_obj);
-                if (advance_head(it, head) == NULL)
-                    goto fail_env;
-                set_slot(p, part_off[PA_MAX], clock_obj);
-                set_slot(it->seq, seq_off[SQ_EMIT], p);
-                it->env = env; /* owns the reference */
-                it->p = Py_NewRef(p);
-                it->flags_obj = Py_NewRef(flags_obj);
-                it->flags = flags;
-                it->clock = clock;
-                it->mn = pmin;
-                it->walk = start;
-                PyObject *e = walk_on(it);
-                if (e != NULL)
-                    return e;
-                if (PyErr_Occurred() || walk_done(it) < 0)
-                    return seqiter_fail(it);
-                continue;
-            }
-        }
-
-    slow:
-        /* Everything else goes through queue_uncommitted and step, in Python. */
-        r = slow_path(it, env);
-        Py_DECREF(env);
-        if (r != NULL)
-            return r;
-        if (PyErr_Occurred())
-            return seqiter_fail(it);
-        continue;
-    fail_env:
-        Py_DECREF(env);
-        return seqiter_fail(it);
-    }
-}
-
-static PyObject *
-seqiter_close(SeqIter *it, PyObject *unused)
-{
-    if (it->sub != NULL) {
-        PyObject *r = PyObject_CallMethod(it->sub, "close", NULL);
-        if (r == NULL)
-            return NULL;
-        Py_DECREF(r);
-    }
-    it->state = FINISHED;
-    clear_current(it);
-    Py_CLEAR(it->sub);
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef seqiter_methods[] = {
-    {"close", (PyCFunction)seqiter_close, METH_NOARGS, "Stop sequencing."},
-    {NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject SeqIterType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "oncelog._speedups.Sequence",
-    .tp_basicsize = sizeof(SeqIter),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Sequencer.sequence() in C (see oncelog/sequencer.py).",
-    .tp_dealloc = (destructor)seqiter_dealloc,
-    .tp_traverse = (traverseproc)seqiter_traverse,
-    .tp_clear = (inquiry)seqiter_clear,
-    .tp_iter = PyObject_SelfIter,
-    .tp_iternext = (iternextfunc)seqiter_next,
-    .tp_methods = seqiter_methods,
-};
-
-static PyMethodDef methods[] = {
-    {"configure", configure, METH_VARARGS,
-     "configure(Envelope, JSONMessage, loads, flag_values, nil_fields): set the classes built."},
-    {"decode_json_lines", decode_json_lines, METH_VARARGS,
+static PyMethodDef decoder_methods[] = {
+    {"decode_json_lines", (PyCFunction)decoder_decode_json_lines, METH_VARARGS,
      "decode_json_lines(data, base, journal, uuid_field, limit) -> (envelopes, consumed):\n"
      "Envelopes of JSONMessages for the complete lines of data[:limit], stopping before the\n"
      "first line that is not a JSON object; consumed is where decoding stopped."},
-    {"configure_sequencer", configure_sequencer, METH_VARARGS,
-     "configure_sequencer(Sequencer, _Partial, Flags.ACK_TXN): set the classes sequenced."},
-    {"Sequence", seqiter_new, METH_VARARGS,
-     "Sequence(sequencer, envelopes, replay, acks) -> iterator: Sequencer.sequence() in C."},
-    {"uuid_ids", uuid_ids, METH_O,
+    {"uuid_ids", (PyCFunction)decoder_uuid_ids, METH_O,
      "uuid_ids(value) -> (producer, clock, flags), or None if value is not a canonical UUID."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "oncelog._speedups",
-    "C versions of the JSON-lines decode hot path (see oncelog.framing.jsonlines).", -1,
-    methods,
+static PyType_Slot decoder_slots[] = {
+    {Py_tp_new, decoder_new},
+    {Py_tp_dealloc, decoder_dealloc},
+    {Py_tp_traverse, decoder_traverse},
+    {Py_tp_clear, decoder_clear},
+    {Py_tp_methods, decoder_methods},
+    {Py_tp_doc, "Decoder(Envelope, JSONMessage, loads, flag_values, nil_fields): the JSON-lines"
+                " decode hot path (see oncelog.framing.jsonlines)."},
+    {0, NULL},
+};
+
+static PyType_Spec decoder_spec = {
+    .name = "oncelog._speedups.Decoder",
+    .basicsize = sizeof(DecoderObj),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = decoder_slots,
+};
+
+/* --------------------------------------------------------------------------------------
+ * The module */
+
+/* PyModule_AddObjectRef, stealing `value` (PyModule_Add is 3.13+). */
+static int
+add_object(PyObject *module, const char *name, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyModule_AddObjectRef(module, name, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static int
+add_type(PyObject *module, PyType_Spec *spec, PyTypeObject **out)
+{
+    *out = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, NULL);
+    if (*out == NULL)
+        return -1;
+    return PyModule_AddType(module, *out);
+}
+
+static int
+speedups_exec(PyObject *module)
+{
+    ModState *st = state_of(module);
+    for (int i = 0; i < F_N; i++)
+        if ((st->names[i] = PyUnicode_InternFromString(FIELD_NAMES[i])) == NULL)
+            return -1;
+    if ((st->str_ids = PyUnicode_InternFromString("ids")) == NULL)
+        return -1;
+    if (add_type(module, &partial_spec, &st->partial_type) < 0 ||
+        add_type(module, &kernel_spec, &st->kernel_type) < 0 ||
+        add_type(module, &seqiter_spec, &st->seqiter_type) < 0 ||
+        add_type(module, &decoder_spec, &st->decoder_type) < 0)
+        return -1;
+    PyObject *layout = Py_BuildValue(
+        "{sisisisisisisisisisi}", "OUTSIDE_TXN", OUTSIDE_TXN, "CONTINUE_TXN", CONTINUE_TXN,
+        "ACK_TXN", ACK_TXN, "FLAGS_MASK", FLAGS_MASK, "CLOCK_SEQ_BYTE", CLOCK_SEQ_BYTE,
+        "SEQ_COUNTER_SHIFT", SEQ_COUNTER_SHIFT, "SEQ_COUNTER_MASK", SEQ_COUNTER_MASK,
+        "TIME_HI_MASK", TIME_HI_MASK, "PRODUCER_BYTE", PRODUCER_BYTE, "PRODUCER_ID_LEN",
+        PRODUCER_ID_LEN);
+    if (add_object(module, "LAYOUT", layout) < 0)
+        return -1;
+    PyObject *outcomes = PyTuple_New(O_N);
+    if (outcomes == NULL)
+        return -1;
+    for (int i = 0; i < O_N; i++) {
+        PyObject *v = PyUnicode_FromString(OUTCOME_VALUES[i]);
+        if (v == NULL) {
+            Py_DECREF(outcomes);
+            return -1;
+        }
+        PyTuple_SET_ITEM(outcomes, i, v);
+    }
+    if (add_object(module, "OUTCOMES", outcomes) < 0)
+        return -1;
+    PyObject *warnings = Py_BuildValue("(sss)", "UNEXPECTED_FLAGS", "OUTSIDE_AFTER_PENDING",
+                                       "ACK_BELOW_LAST");
+    return add_object(module, "WARNINGS", warnings);
+}
+
+static int
+speedups_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    ModState *st = state_of(module);
+    Py_VISIT(st->partial_type);
+    Py_VISIT(st->kernel_type);
+    Py_VISIT(st->seqiter_type);
+    Py_VISIT(st->decoder_type);
+    return 0;
+}
+
+static int
+speedups_clear(PyObject *module)
+{
+    ModState *st = state_of(module);
+    Py_CLEAR(st->partial_type);
+    Py_CLEAR(st->kernel_type);
+    Py_CLEAR(st->seqiter_type);
+    Py_CLEAR(st->decoder_type);
+    for (int i = 0; i < F_N; i++)
+        Py_CLEAR(st->names[i]);
+    Py_CLEAR(st->str_ids);
+    return 0;
+}
+
+static void
+speedups_free(void *module)
+{
+    speedups_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot speedups_slots[] = {
+    {Py_mod_exec, speedups_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "oncelog._speedups",
+    .m_doc = "C fast paths of JSON-lines decoding and sequencing (see oncelog._native).",
+    .m_size = sizeof(ModState),
+    .m_slots = speedups_slots,
+    .m_traverse = speedups_traverse,
+    .m_clear = speedups_clear,
+    .m_free = speedups_free,
 };
 
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    value_error = PyExc_ValueError;
-    init_hex();
-    if (PyType_Ready(&SeqIterType) < 0)
-        return NULL;
-    return PyModule_Create(&module);
+    return PyModuleDef_Init(&speedups_module);
 }

@@ -1,42 +1,106 @@
 """Type stub of the optional C speed-ups (oncelog/_speedups.c); see oncelog._native."""
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias, final
 
-from oncelog.message import Envelope, Flags, JSONMessage
+from oncelog.message import Envelope, Flags
 
 _Ids: TypeAlias = tuple[bytes, int, Flags | int]
+_StateRow: TypeAlias = tuple[str, bytes, int, int]
+"""(journal, producer, last_ack, begin): a ProducerState's fields."""
+_PartialState: TypeAlias = tuple[str, bytes, int, int, int, int, int, bool]
+"""(journal, producer, min_clock, max_clock, begin, ring_start, ring_stop, tracked)."""
+_Warn: TypeAlias = Callable[[Envelope, bytes, int, int, int, int, int], object]
+"""warn(env, producer, last_ack, begin, clock, flags, code): code indexes WARNINGS."""
 
-def configure(
-    envelope: type[Envelope],
-    message: type[JSONMessage],
-    loads: Callable[[bytes], Any],
-    flag_values: tuple[Flags | int, ...],
-    nil_fields: _Ids,
-    /,
-) -> None:
-    """Set the classes decode_json_lines() builds (once, from oncelog._native)."""
+LAYOUT: Final[dict[str, int]]
+"""The UUID layout and flag values compiled in (checked against oncelog.message at load)."""
+OUTCOMES: Final[tuple[str, ...]]
+"""QueueOutcome values, by the outcome numbers Kernel returns."""
+WARNINGS: Final[tuple[str, ...]]
+"""What the warn codes of a Kernel mean (texts in oncelog.sequencer)."""
 
-def decode_json_lines(
-    data: bytes, base: int, journal: str, uuid_field: str, limit: int, /
-) -> tuple[list[Envelope], int]:
-    """Envelopes of the complete lines of data[:limit], and where decoding stopped."""
+@final
+class Decoder:
+    """The JSON-lines decode hot path, building instances of the given classes."""
 
-def uuid_ids(value: object, /) -> _Ids | None:
-    """(producer, clock, flags) of a canonical UUID string; None if it is not one."""
+    def __new__(
+        cls,
+        envelope: type[Envelope],
+        message: type[Any],
+        loads: Callable[[bytes | bytearray], Any],
+        flag_values: tuple[Flags | int, ...],
+        nil_fields: _Ids,
+        /,
+    ) -> Decoder: ...
+    def decode_json_lines(
+        self, data: bytes, base: int, journal: str, uuid_field: str, limit: int, /
+    ) -> tuple[list[Envelope], int]:
+        """Envelopes of the complete lines of data[:limit], and where decoding stopped."""
+    def uuid_ids(self, value: object, /) -> _Ids | None:
+        """(producer, clock, flags) of a canonical UUID string; None if it is not one."""
 
-def configure_sequencer(kernel: type, partial: type, ack: Flags, /) -> None:
-    """Set the kernel and partial classes Sequence() works on (from oncelog.sequencer)."""
+@final
+class _Partial:
+    """A producer's partial sequence in one journal (a Kernel record; not made from Python)."""
 
-class _SequenceIterator(Iterator[Envelope]):
+@final
+class SequenceIterator(Iterator[Envelope]):
+    """Kernel.sequence(): queue_uncommitted then step per envelope."""
+
     def __next__(self) -> Envelope: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop sequencing."""
 
-def Sequence(  # a factory, named as the iterator type it returns
-    sequencer: Any,
-    envelopes: Iterable[Envelope],
-    replay: Callable[[str, int, int], Iterable[Envelope]] | None,
-    acks: bool,
-    /,
-) -> _SequenceIterator:
-    """Sequencer.sequence() in C, on the kernel's own state (see oncelog.sequencer)."""
+@final
+class Kernel:
+    """SequencingKernel in C: the ring, the producer table, the offsets (see oncelog.sequencer)."""
+
+    def __new__(
+        cls, offsets: dict[str, int], states: Iterable[_StateRow], buffer: int, warn: _Warn
+    ) -> Kernel: ...
+    @property
+    def dequeued(self) -> Envelope | None:
+        """The envelope step() last returned."""
+    @property
+    def buffer(self) -> int:
+        """The ring's size."""
+    @property
+    def stepping(self) -> bool:
+        """A committed sequence is being stepped through."""
+    def queue_uncommitted(self, env: Envelope, /) -> int:
+        """Evict the head, decide, apply: the outcome's index in OUTCOMES."""
+    def decide(self, env: Envelope, /) -> tuple[int, _PartialState]:
+        """(outcome index, partial state) of queueing env next; changes nothing."""
+    def step(self) -> Envelope | None:
+        """The next committed envelope, or None once the committed sequence is drained."""
+    def replay_range(self) -> tuple[str, int, int]:
+        """(journal, begin, end) to replay before stepping on."""
+    def start_replay(self, envelopes: Iterable[Envelope], /) -> None:
+        """Supply the envelopes of replay_range(), then step() on."""
+    def offsets(self) -> dict[str, int]:
+        """A copy of the read-through offsets."""
+    def has_pending(self) -> bool:
+        """True if a transaction begun since the last checkpoint is still open."""
+    def checkpoint(
+        self, prune_below: int, dequeued_processed: bool, /
+    ) -> tuple[dict[str, int], list[_StateRow]]:
+        """Offsets and producer states (prune_below -1: no pruning); clears the pending."""
+    def sequence(
+        self,
+        envelopes: Iterable[Envelope],
+        replay: Callable[[str, int, int], Iterable[Envelope]] | None,
+        acks: bool,
+        /,
+    ) -> SequenceIterator:
+        """Queue each envelope and yield the committed ones (Sequencer.sequence)."""
+    def ring(self) -> tuple[list[Envelope | None], list[int], int]:
+        """(envelopes, next links, head), for tests."""
+    def partials(self, journal: str, /) -> dict[bytes, _PartialState]:
+        """producer -> partial state of a journal, for tests."""
+    def emitting(self) -> _PartialState | None:
+        """The partial state of the sequence being stepped through, or None."""
+    def pending(self) -> int:
+        """How many transactions begun since the last checkpoint are open."""
+    def producers(self) -> int:
+        """How many producers are tracked."""

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog import _native
 from oncelog.errors import OncelogError
@@ -30,7 +30,6 @@ from oncelog.message import (
     OUTSIDE_TXN,
     PRODUCER_ID_LEN,
     Envelope,
-    Flags,
 )
 
 __all__ = [
@@ -44,6 +43,9 @@ __all__ = [
     "SequencingKernel",
     "decide_outcome",
 ]
+
+if TYPE_CHECKING:
+    from oncelog._speedups import Kernel
 
 _log = logging.getLogger(__name__)
 
@@ -270,11 +272,67 @@ def _horizon_ns(prune_horizon: timedelta | float | int) -> int:
     return ns
 
 
+def _validated(
+    offsets: dict[str, int] | None, states: Iterable[ProducerState] | None, buffer: int
+) -> tuple[dict[str, int], list[ProducerState], int]:
+    """A kernel's starting offsets, producer states and ring size, checked."""
+    if not isinstance(buffer, int):
+        raise TypeError(f"buffer must be an int, not {type(buffer).__name__}")
+    checked: dict[str, int] = {}
+    for journal, offset in (offsets or {}).items():
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset of journal {journal!r} must be >= 0, not {offset!r}")
+        checked[journal] = offset
+    state_list = list(states or ())
+    for state in state_list:
+        if not isinstance(state, ProducerState):
+            raise TypeError(f"states must hold ProducerState, not {type(state).__name__}")
+    return checked, state_list, max(buffer, 1)
+
+
+def _prune_below(prune_horizon: timedelta | float | int) -> int:
+    """How far (in clock units) below its journal's newest ACK a producer is forgotten at a
+    checkpoint; -1: never."""
+    horizon = _horizon_ns(prune_horizon)
+    if horizon <= 0:
+        return -1
+    # Clock units are 100 ns, above 4 bits of sequence counter.
+    return min((horizon // 100) << 4, (1 << 63) - 1)
+
+
+_WARNINGS = (
+    ("unexpected UUID flags: handled as OUTSIDE_TXN", logging.WARNING),
+    (
+        "OUTSIDE_TXN after a pending CONTINUE_TXN (mixed committed and uncommitted"
+        " publishing?): rolled back",
+        logging.WARNING,
+    ),
+    ("ACK_TXN clock is less than the last ACK (loss of exactly-once semantics)", logging.ERROR),
+)
+"""What the kernel logs, by code (the C kernel reports the same codes, see `_warn`)."""
+_W_UNEXPECTED_FLAGS, _W_OUTSIDE_AFTER_PENDING, _W_ACK_BELOW_LAST = range(len(_WARNINGS))
+
+
+def _warn(
+    env: Envelope, producer: bytes, last_ack: int, begin: int, clock: int, flags: int, code: int
+) -> None:
+    """Log warning `code` of `_WARNINGS` about `env` of `producer` (whose last ACK clock is
+    `last_ack` and pending transaction starts at `begin`)."""
+    what, level = _WARNINGS[code]
+    _log.log(
+        level,
+        "%s: journal %r offsets [%d, %d) producer %s clock %d flags %#x"
+        " (last ACK clock %d, pending from offset %d)",
+        what, env.journal, env.begin, env.end, producer.hex(), clock, flags, last_ack, begin,
+    )
+
+
 class SequencingKernel:
     """The sequencing state and its one set of rules: decide, then apply (Gazette's shape).
 
-    The kernel owns, and nothing else writes (bar the optional C loop of
-    `Sequencer.sequence`, which performs the same applications on these same objects):
+    This is the pure-Python kernel; `oncelog._speedups.Kernel` is the same kernel in C
+    (its own state, the same rules, outcome for outcome), which `Sequencer` delegates to
+    where the extension is built. The kernel owns, and nothing else writes:
 
     - the ring: `_ring[i]` an envelope, `_next[i]` the ring index of the next envelope
       of the same partial sequence (-1: none), `_owner[i]` the `_Partial` it was queued
@@ -321,19 +379,10 @@ class SequencingKernel:
         states: Iterable[ProducerState] | None = None,
         buffer: int = 1024,
     ) -> None:
-        if not isinstance(buffer, int):
-            raise TypeError(f"buffer must be an int, not {type(buffer).__name__}")
-        size = max(buffer, 1)
-        self._offsets: dict[str, int] = {}
-        for journal, offset in (offsets or {}).items():
-            if not isinstance(offset, int) or offset < 0:
-                raise ValueError(f"offset of journal {journal!r} must be >= 0, not {offset!r}")
-            self._offsets[journal] = offset
+        self._offsets, state_list, size = _validated(offsets, states, buffer)
         # journal -> producer -> partial sequence.
         self._partials: dict[str, dict[bytes, _Partial]] = {}
-        for state in states or ():
-            if not isinstance(state, ProducerState):
-                raise TypeError(f"states must hold ProducerState, not {type(state).__name__}")
+        for state in state_list:
             self._partials.setdefault(state.journal, {})[state.producer] = _Partial(
                 state.journal, state.producer, state.last_ack, state.begin
             )
@@ -438,12 +487,10 @@ class SequencingKernel:
         elif outcome is _OUTSIDE_COMMIT:
             if clock:
                 if flags != OUTSIDE_TXN:
-                    self._warn(env, p, clock, flags, "unexpected UUID flags: handled as"
-                               " OUTSIDE_TXN")
+                    _warn(env, producer, p.min_clock, p.begin, clock, flags, _W_UNEXPECTED_FLAGS)
                 if p.begin != -1:
-                    self._warn(env, p, clock, flags, "OUTSIDE_TXN after a pending"
-                               " CONTINUE_TXN (mixed committed and uncommitted publishing?):"
-                               " rolled back")
+                    _warn(env, producer, p.min_clock, p.begin, clock, flags,
+                          _W_OUTSIDE_AFTER_PENDING)
             # Any pending span is deliberately clobbered: an implicit rollback.
             p.begin = env.begin
             p.ring_stop = -1
@@ -461,8 +508,7 @@ class SequencingKernel:
                     # An upstream consumer recovered an older checkpoint and re-sent its
                     # ACKs: fall back to at-least-once for the interval, as Gazette does,
                     # rather than never deliver what follows.
-                    self._warn(env, p, clock, flags, "ACK_TXN clock is less than the last"
-                               " ACK (loss of exactly-once semantics)", logging.ERROR)
+                    _warn(env, producer, p.min_clock, p.begin, clock, flags, _W_ACK_BELOW_LAST)
                 # Roll back to this ACK, discarding any pending span.
                 p.min_clock = p.max_clock = clock
                 p.begin = p.ring_start = p.ring_stop = -1
@@ -510,18 +556,6 @@ class SequencingKernel:
             p.ring_start = p.ring_stop = -1  # nothing of it is left in the ring
         else:
             p.ring_start = nxt
-
-    def _warn(
-        self, env: Envelope, p: _Partial, clock: int, flags: int, what: str,
-        level: int = logging.WARNING,
-    ) -> None:
-        _log.log(
-            level,
-            "%s: journal %r offsets [%d, %d) producer %s clock %d flags %#x"
-            " (last ACK clock %d, pending from offset %d)",
-            what, env.journal, env.begin, env.end, p.producer.hex(), clock, flags,
-            p.min_clock, p.begin,
-        )
 
     # ----------------------------------------------------------------- stepping
 
@@ -625,13 +659,12 @@ class SequencingKernel:
         delivered again on resuming; with `dequeued_processed=True` it counts as
         processed instead, and a sequencer resumed from it carries on after it.
         """
-        horizon = _horizon_ns(prune_horizon)
+        below = _prune_below(prune_horizon)
         states: list[ProducerState] = []
         for journal, by_producer in list(self._partials.items()):
-            if horizon > 0 and by_producer:
+            if below >= 0 and by_producer:
                 newest = max(p.min_clock for p in by_producer.values())
-                # Clock units are 100 ns, above 4 bits of sequence counter.
-                bound = newest - ((horizon // 100) << 4)
+                bound = newest - below
                 for producer in [pr for pr, p in by_producer.items() if p.max_clock < bound]:
                     by_producer[producer].tracked = False
                     del by_producer[producer]
@@ -678,13 +711,6 @@ class SequencingKernel:
                 if self._dequeued is not committed:
                     self._raise_interfered()
 
-    def _sequence_one(
-        self, env: Envelope, replay: ReplayFunc | None, acks: bool
-    ) -> Iterator[Envelope]:
-        """`_sequence` of one envelope: the outcomes the C loop of `Sequencer.sequence`
-        hands back to Python (its ring slot is evicted already; evicting is idempotent)."""
-        return self._sequence((env,), replay, acks)
-
     def _raise_interfered(self) -> None:
         raise SequencerError(
             "sequence(): the sequencer was stepped while this iterator was suspended; it"
@@ -697,11 +723,27 @@ class Sequencer(SequencingKernel):
 
     Per message: `queue_uncommitted(env)`, then, if the outcome commits, `step()`
     until it returns None. Or hand a batch to `sequence()` / `committed()`. The state
-    and the rules are those of `SequencingKernel`; a Sequencer adds the batch API
-    (with its optional C loop) and read-only views.
+    and the rules are those of `SequencingKernel`; a Sequencer adds the batch API and
+    read-only views.
+
+    Where the C extension is built (and `ONCELOG_PURE_PYTHON` is not set), `Sequencer(...)`
+    makes a `_NativeSequencer`: a Sequencer whose state and rules are a C kernel's
+    (`oncelog._speedups.Kernel`), with the same outcomes, envelopes and checkpoints.
+    Otherwise, and for subclasses (which may override the kernel's methods), it is the
+    pure-Python kernel it inherits.
     """
 
     __slots__ = ()
+
+    def __new__(
+        cls,
+        offsets: dict[str, int] | None = None,
+        states: Iterable[ProducerState] | None = None,
+        buffer: int = 1024,
+    ) -> Sequencer:
+        if cls is Sequencer and _native.speedups is not None:
+            return object.__new__(_NativeSequencer)
+        return object.__new__(cls)
 
     @property
     def dequeued(self) -> Envelope | None:
@@ -743,9 +785,6 @@ class Sequencer(SequencingKernel):
         """
         if self._emit is not None:
             self._raise_busy("sequence")
-        native = _native.speedups
-        if native is not None and type(self) is Sequencer:
-            return native.Sequence(self, envelopes, replay, acks)  # the same loop, in C
         return self._sequence(envelopes, replay, acks)
 
     def committed(
@@ -771,5 +810,122 @@ class Sequencer(SequencingKernel):
         )
 
 
-if _native.speedups is not None:
-    _native.speedups.configure_sequencer(SequencingKernel, _Partial, Flags.ACK_TXN)
+class _NativeSequencer(Sequencer):
+    """A Sequencer delegating to a C kernel (`oncelog._speedups.Kernel`), which owns the
+    ring, the producer table, the offsets and the committed sequence being stepped through.
+
+    `_kernel` is set once, in `__init__`; the pure kernel's attributes, inherited, are
+    never set nor read. Every method is the kernel's, outcome for outcome (tests run both
+    kernels side by side).
+    """
+
+    __slots__ = ("_kernel",)
+
+    def __init__(
+        self,
+        offsets: dict[str, int] | None = None,
+        states: Iterable[ProducerState] | None = None,
+        buffer: int = 1024,
+    ) -> None:
+        native = _native.speedups
+        if native is None:
+            raise RuntimeError("oncelog._speedups is not loaded")
+        checked, state_list, size = _validated(offsets, states, buffer)
+        self._kernel: Kernel = native.Kernel(
+            checked, [(s.journal, s.producer, s.last_ack, s.begin) for s in state_list], size,
+            _warn,
+        )
+
+    def decide(self, env: Envelope) -> tuple[QueueOutcome, _Partial]:
+        outcome, state = self._kernel.decide(env)
+        journal, producer, low, high, begin, start, stop, tracked = state
+        p = _Partial(journal, producer, low, begin, tracked)
+        p.max_clock, p.ring_start, p.ring_stop = high, start, stop
+        return _native_outcomes[outcome], p
+
+    def queue_uncommitted(self, env: Envelope) -> QueueOutcome:
+        return _native_outcomes[self._kernel.queue_uncommitted(env)]
+
+    def step(self) -> Envelope | None:
+        return self._kernel.step()
+
+    def replay_range(self) -> tuple[str, int, int]:
+        return self._kernel.replay_range()
+
+    def start_replay(self, envelopes: Iterable[Envelope]) -> None:
+        self._kernel.start_replay(envelopes)
+
+    def checkpoint(
+        self, prune_horizon: timedelta | float | int = 0, *, dequeued_processed: bool = False
+    ) -> tuple[dict[str, int], list[ProducerState]]:
+        offsets, rows = self._kernel.checkpoint(_prune_below(prune_horizon), dequeued_processed)
+        states = [ProducerState(*row) for row in rows]
+        states.sort(key=lambda s: (s.journal, s.producer))
+        return offsets, states
+
+    decide.__doc__ = SequencingKernel.decide.__doc__
+    queue_uncommitted.__doc__ = SequencingKernel.queue_uncommitted.__doc__
+    step.__doc__ = SequencingKernel.step.__doc__
+    replay_range.__doc__ = SequencingKernel.replay_range.__doc__
+    start_replay.__doc__ = SequencingKernel.start_replay.__doc__
+    checkpoint.__doc__ = SequencingKernel.checkpoint.__doc__
+
+    @property
+    def dequeued(self) -> Envelope | None:
+        """The committed envelope `step()` last returned, until the sequence is drained."""
+        return self._kernel.dequeued
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """A copy of the read-through offsets: where to resume reading each journal."""
+        return self._kernel.offsets()
+
+    @property
+    def buffer(self) -> int:
+        """The ring's size in envelopes."""
+        return self._kernel.buffer
+
+    def has_pending(self) -> bool:
+        return self._kernel.has_pending()
+
+    has_pending.__doc__ = Sequencer.has_pending.__doc__
+
+    def sequence(
+        self,
+        envelopes: Iterable[Envelope],
+        replay: ReplayFunc | None = None,
+        *,
+        acks: bool = True,
+    ) -> Iterator[Envelope]:
+        emitting = self._kernel.emitting()
+        if emitting is not None:
+            journal, producer = emitting[:2]
+            raise SequencerError(
+                f"sequence(): committed messages of journal {journal!r} producer"
+                f" {producer.hex()} remain: step() until it returns None first"
+            )
+        return self._kernel.sequence(envelopes, replay, acks)
+
+    sequence.__doc__ = Sequencer.sequence.__doc__
+
+    def __repr__(self) -> str:
+        k = self._kernel
+        return (
+            f"Sequencer(buffer={k.buffer}, producers={k.producers()}, pending={k.pending()},"
+            f" stepping={k.stepping})"
+        )
+
+
+def _outcomes_of(native: Any) -> tuple[QueueOutcome, ...]:
+    """QueueOutcome by the C kernel's outcome numbers (its names checked against ours)."""
+    outcomes = tuple(QueueOutcome(v) for v in native.module.OUTCOMES)
+    if len(outcomes) != len(QueueOutcome) or set(outcomes) != set(QueueOutcome):
+        raise ImportError("oncelog._speedups has other queue outcomes: rebuild the extension")
+    if len(native.module.WARNINGS) != len(_WARNINGS):
+        raise ImportError("oncelog._speedups has other warnings: rebuild the extension")
+    return outcomes
+
+
+_native_outcomes: tuple[QueueOutcome, ...] = (
+    () if _native.speedups is None else _outcomes_of(_native.speedups)
+)

@@ -1,7 +1,9 @@
 """Sequencer: every scenario of Gazette's message/sequencer_test.go, plus bad input.
 
 The ring-mechanics test reads the Sequencer's internals (as Gazette's does):
-they are the invariants that make eviction and replay outcomes exact.
+they are the invariants that make eviction and replay outcomes exact. Every test
+runs on the C kernel (`oncelog._speedups.Kernel`, where built) and in pure Python:
+the internals are read through the C kernel's introspection methods there.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 from datetime import timedelta
 
 import pytest
+from speedups_support import MODES, speedups_mode
 
 from oncelog.message import NIL_UUID, Envelope, Flags, JSONMessage, build_uuid, new_producer_id
 from oncelog.sequencer import (
@@ -24,6 +27,13 @@ from oncelog.sequencer import (
 J = "test/journal"
 CONT, ACK, OUT = Flags.CONTINUE_TXN, Flags.ACK_TXN, Flags.OUTSIDE_TXN
 Q = QueueOutcome
+
+
+@pytest.fixture(autouse=True, params=MODES)
+def mode(request):
+    """Sequencers made in the test are C kernels ("c") or pure Python ("pure")."""
+    with speedups_mode(request.param):
+        yield request.param
 
 
 class Generator:
@@ -52,12 +62,36 @@ def queue(seq: Sequencer, *envs: Envelope) -> list[QueueOutcome]:
 
 def partial_state(seq: Sequencer, env_or_producer, journal: str = J) -> tuple[int, ...]:
     producer = env_or_producer if isinstance(env_or_producer, bytes) else env_or_producer.producer
-    p = seq._partials[journal][producer]
-    return (p.min_clock, p.max_clock, p.begin, p.ring_start, p.ring_stop)
+    return partials(seq, journal)[producer]
 
 
 def partials(seq: Sequencer, journal: str = J) -> dict[bytes, tuple[int, int, int, int, int]]:
-    return {pr: partial_state(seq, pr, journal) for pr in seq._partials.get(journal, {})}
+    """producer -> (min_clock, max_clock, begin, ring_start, ring_stop) of `journal`."""
+    if getattr(seq, "_kernel", None) is not None:
+        return {pr: state[2:7] for pr, state in seq._kernel.partials(journal).items()}
+    return {
+        pr: (p.min_clock, p.max_clock, p.begin, p.ring_start, p.ring_stop)
+        for pr, p in seq._partials.get(journal, {}).items()
+    }
+
+
+def emitting(seq: Sequencer) -> tuple[int, int] | None:
+    """(begin, min_clock) of the committed sequence being stepped through, or None."""
+    if getattr(seq, "_kernel", None) is not None:
+        state = seq._kernel.emitting()
+        return None if state is None else (state[4], state[2])
+    return None if seq._emit is None else (seq._emit.begin, seq._emit.min_clock)
+
+
+def ring(seq: Sequencer) -> tuple[list[Envelope | None], list[int], int]:
+    if getattr(seq, "_kernel", None) is not None:
+        return seq._kernel.ring()
+    return seq._ring, seq._next, seq._head
+
+
+def pending(seq: Sequencer) -> int:
+    kernel = getattr(seq, "_kernel", None)
+    return kernel.pending() if kernel is not None else len(seq._pending)
 
 
 def expect_deque(seq: Sequencer, *expect: Envelope) -> None:
@@ -66,9 +100,9 @@ def expect_deque(seq: Sequencer, *expect: Envelope) -> None:
         got = seq.step()
         assert got is env, (i, got, env)
         assert seq.dequeued is env
-        assert seq._emit.begin == env.begin
+        assert emitting(seq)[0] == env.begin
         if i > 0:
-            assert seq._emit.min_clock == expect[i - 1].clock
+            assert emitting(seq)[1] == expect[i - 1].clock
     assert seq.step() is None
     assert seq.dequeued is None
 
@@ -97,55 +131,55 @@ def test_ring_add_and_evict():
     e5, e6, e7, e8 = gen(B, 500, CONT), gen(B, 600, CONT), gen(B, 700, CONT), gen(B, 800, CONT)
     e9, e10, e11 = gen(B, 900, CONT), gen(B, 1000, CONT), gen(B, 1100, CONT)
 
-    def ring():
-        return seq._ring, seq._next, seq._head
+    def ring_now():
+        return ring(seq)
 
-    assert ring() == ([None] * 5, [-1] * 5, 0)
+    assert ring_now() == ([None] * 5, [-1] * 5, 0)
     assert partials(seq) == {}
     assert not seq.has_pending()
 
     assert seq.queue_uncommitted(e1) is Q.CONTINUE_BEGIN_SPAN
-    assert ring() == ([e1, None, None, None, None], [-1] * 5, 1)
+    assert ring_now() == ([e1, None, None, None, None], [-1] * 5, 1)
     assert partials(seq) == {A: (99, 100, e1.begin, 0, 0)}
     assert seq.has_pending()
     assert seq.offsets == {J: e1.end}  # continuations always update read-through offsets
 
     assert seq.queue_uncommitted(e2) is Q.CONTINUE_BEGIN_SPAN
-    assert ring() == ([e1, e2, None, None, None], [-1] * 5, 2)
+    assert ring_now() == ([e1, e2, None, None, None], [-1] * 5, 2)
     assert partials(seq) == {A: (99, 100, e1.begin, 0, 0), B: (199, 200, e2.begin, 1, 1)}
-    assert len(seq._pending) == 2  # two pending sequences
+    assert pending(seq) == 2  # two pending sequences
 
     assert seq.queue_uncommitted(e3) is Q.CONTINUE_EXTEND_SPAN
-    assert ring() == ([e1, e2, e3, None, None], [2, -1, -1, -1, -1], 3)  # e1 => e3
+    assert ring_now() == ([e1, e2, e3, None, None], [2, -1, -1, -1, -1], 3)  # e1 => e3
     assert partials(seq)[A] == (99, 300, e1.begin, 0, 2)
 
     assert seq.queue_uncommitted(e4) is Q.CONTINUE_EXTEND_SPAN
-    assert ring() == ([e1, e2, e3, e4, None], [2, -1, 3, -1, -1], 4)  # e3 => e4
+    assert ring_now() == ([e1, e2, e3, e4, None], [2, -1, 3, -1, -1], 4)  # e3 => e4
     assert partials(seq)[A] == (99, 400, e1.begin, 0, 3)
 
     assert seq.queue_uncommitted(e5) is Q.CONTINUE_EXTEND_SPAN
-    assert ring() == ([e1, e2, e3, e4, e5], [2, 4, 3, -1, -1], 0)  # e2 => e5
+    assert ring_now() == ([e1, e2, e3, e4, e5], [2, 4, 3, -1, -1], 0)  # e2 => e5
     assert partials(seq) == {A: (99, 400, e1.begin, 0, 3), B: (199, 500, e2.begin, 1, 4)}
 
     assert seq.queue_uncommitted(e6) is Q.CONTINUE_EXTEND_SPAN  # evicts e1
-    assert ring() == ([e6, e2, e3, e4, e5], [-1, 4, 3, -1, 0], 1)  # e5 => e6
+    assert ring_now() == ([e6, e2, e3, e4, e5], [-1, 4, 3, -1, 0], 1)  # e5 => e6
     assert partials(seq) == {A: (99, 400, e1.begin, 2, 3), B: (199, 600, e2.begin, 1, 0)}
 
     assert queue(seq, e7, e8) == [Q.CONTINUE_EXTEND_SPAN] * 2
-    assert ring() == ([e6, e7, e8, e4, e5], [1, 2, -1, -1, 0], 3)
+    assert ring_now() == ([e6, e7, e8, e4, e5], [1, 2, -1, -1, 0], 3)
     assert partials(seq) == {A: (99, 400, e1.begin, 3, 3), B: (199, 800, e2.begin, 4, 2)}
 
     assert seq.queue_uncommitted(e9) is Q.CONTINUE_EXTEND_SPAN  # evicts A's final entry
-    assert ring() == ([e6, e7, e8, e9, e5], [1, 2, 3, -1, 0], 4)
+    assert ring_now() == ([e6, e7, e8, e9, e5], [1, 2, 3, -1, 0], 4)
     # A's begin is still tracked, but none of it is in the ring.
     assert partials(seq) == {A: (99, 400, e1.begin, -1, -1), B: (199, 900, e2.begin, 4, 3)}
 
     assert seq.queue_uncommitted(e10) is Q.CONTINUE_EXTEND_SPAN
-    assert ring() == ([e6, e7, e8, e9, e10], [1, 2, 3, 4, -1], 0)
+    assert ring_now() == ([e6, e7, e8, e9, e10], [1, 2, 3, 4, -1], 0)
     assert partials(seq) == {A: (99, 400, e1.begin, -1, -1), B: (199, 1000, e2.begin, 0, 4)}
 
     assert seq.queue_uncommitted(e11) is Q.CONTINUE_EXTEND_SPAN
-    assert ring() == ([e11, e7, e8, e9, e10], [-1, 2, 3, 4, 0], 1)
+    assert ring_now() == ([e11, e7, e8, e9, e10], [-1, 2, 3, 4, 0], 1)
     assert partials(seq) == {A: (99, 400, e1.begin, -1, -1), B: (199, 1100, e2.begin, 1, 0)}
 
     assert seq.offsets == {J: e11.end}
@@ -198,7 +232,7 @@ def test_txn_sequence_cases(caplog):
         Q.CONTINUE_EXTEND_SPAN,
         Q.ACK_ROLLBACK,
     ]
-    assert seq._emit is None and seq.step() is None  # nothing to step through
+    assert emitting(seq) is None and seq.step() is None  # nothing to step through
     assert seq.has_pending()  # B is still pending
     assert partials(seq) == {A: (6, 6, -1, -1, -1), B: (0, 2, b1.begin, 1, 1)}
 
@@ -902,7 +936,7 @@ def test_abandoned_sequence_leaves_the_ring_alone():
     assert seq.step() is None
     assert queue(seq, b1, b2) == [Q.CONTINUE_BEGIN_SPAN, Q.CONTINUE_EXTEND_SPAN]
     it.close()
-    assert seq._head == 0  # three envelopes in a ring of three
+    assert ring(seq)[2] == 0  # three envelopes in a ring of three
     assert seq.committed([a2, b3_ack], lambda j, b, e: [b1]) == [a2, b1, b2, b3_ack]
 
 

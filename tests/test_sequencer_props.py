@@ -256,18 +256,21 @@ def check_read_committed(history: History, output: list[Envelope]) -> None:
     processed=st.booleans(),
 )
 def test_read_committed_matches_reference_model(history, buffer, crash_at, processed, mode):
-    output, final, checkpoints, pending = run(history, buffer, crash_at, "call", processed)
+    with speedups_mode("pure"):
+        output, final, checkpoints, pending = run(history, buffer, crash_at, "call", processed)
     check_read_committed(history, output)
 
-    # sequence() is the same machine, step for step, crash for crash (in C and in Python).
-    with speedups_mode(mode):
-        output2, final2, checkpoints2, pending2 = run(
-            history, buffer, crash_at, "sequence", processed
-        )
-    assert [id(e) for e in output2] == [id(e) for e in output]
-    assert checkpoints2 == checkpoints
-    assert final2 == final
-    assert pending2 == pending
+    # The per-call API and sequence() are the same machine, step for step, crash for crash,
+    # on the C kernel and in Python.
+    for api in ("call", "sequence"):
+        with speedups_mode(mode):
+            output2, final2, checkpoints2, pending2 = run(
+                history, buffer, crash_at, api, processed
+            )
+        assert [id(e) for e in output2] == [id(e) for e in output], api
+        assert checkpoints2 == checkpoints, api
+        assert final2 == final, api
+        assert pending2 == pending, api
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -275,17 +278,18 @@ def test_read_committed_matches_reference_model(history, buffer, crash_at, proce
 @given(history=histories(), buffer=st.one_of(st.integers(0, 6), st.just(64)))
 def test_committed_batch_equals_per_call(history, buffer, mode):
     replay = replayer(history)
-    one = Sequencer(buffer=buffer)
+    with speedups_mode("pure"):
+        one = Sequencer(buffer=buffer)
     expect = []
     for env in history.envelopes:
         if one.queue_uncommitted(env) is QueueOutcome.ACK_COMMIT_REPLAY:
             one.start_replay(replay(*one.replay_range()))
         while (e := one.step()) is not None:
             expect.append(e)
-    batch = Sequencer(buffer=buffer)
     # In two batches, to cross a batch boundary too.
     half = len(history.envelopes) // 2
     with speedups_mode(mode):
+        batch = Sequencer(buffer=buffer)
         got = batch.committed(history.envelopes[:half], replay)
         got += batch.committed(history.envelopes[half:], replay)
     assert [id(e) for e in got] == [id(e) for e in expect]

@@ -153,14 +153,109 @@ def test_decoding_with_a_factory_takes_the_python_path():
 
 
 @needs_c
-def test_configure_rejects_classes_without_slots():
+def test_decoder_rejects_classes_without_slots():
     class Loose:
         pass
 
-    with pytest.raises(TypeError, match="__slots__"):
-        BUILT.configure(Loose, JSONMessage, orjson.loads, tuple(range(1024)), (b"", 0, 0))
+    Decoder = BUILT.module.Decoder
+    with pytest.raises(TypeError, match="Loose.journal must be a slot"):
+        Decoder(Loose, JSONMessage, orjson.loads, tuple(range(1024)), (b"", 0, 0))
     with pytest.raises(ValueError, match="1024"):
-        BUILT.configure(Envelope, JSONMessage, orjson.loads, (0,), (b"", 0, 0))
+        Decoder(Envelope, JSONMessage, orjson.loads, (0,), (b"", 0, 0))
+
+
+@needs_c
+def test_decoder_builds_instances_through_their_attributes():
+    # A decoder of other (slots) classes: it builds them through their own __new__ and
+    # attribute descriptors, so it works with any layout, and a property with a setter
+    # takes part like a slot.
+    class Msg:
+        __slots__ = ("doc", "_field")
+
+        @property
+        def uuid_field(self) -> str:
+            return self._field
+
+        @uuid_field.setter
+        def uuid_field(self, value: str) -> None:
+            self._field = value.upper()
+
+    class Env:
+        __slots__ = ("extra", "_ids", "message", "end", "begin", "journal")
+
+    nil = (bytes(6), 0, 0)
+    decoder = BUILT.module.Decoder(Env, Msg, orjson.loads, tuple(range(1024)), nil)
+    text = str(build_uuid(P1, 77, 1))
+    envs, done = decoder.decode_json_lines(b'{"uuid": "%s"}\n{}\n' % text.encode(), 5, "j",
+                                           "uuid", -1)
+    assert done == len(text) + 13 + 3
+    assert [type(e) for e in envs] == [Env, Env]
+    assert (envs[0].journal, envs[0].begin, envs[0].end) == ("j", 5, 5 + len(text) + 13)
+    assert envs[1].begin is envs[0].end
+    assert envs[0]._ids == (P1, 77, 1) and envs[1]._ids is nil
+    assert envs[0].message.doc == {"uuid": text} and envs[0].message.uuid_field == "UUID"
+    assert not hasattr(envs[0], "extra")  # nothing else is touched
+
+
+@needs_c
+def test_layout_and_outcomes_are_the_python_definitions():
+    from oncelog import message
+    from oncelog.sequencer import QueueOutcome
+
+    assert BUILT.module.LAYOUT == {k: getattr(message, k) for k in BUILT.module.LAYOUT}
+    assert {"ACK_TXN", "FLAGS_MASK", "PRODUCER_BYTE"} <= set(BUILT.module.LAYOUT)
+    assert sorted(BUILT.module.OUTCOMES) == sorted(o.value for o in QueueOutcome)
+    # A mismatch is a build error, not a silent fallback.
+
+    class Other:
+        LAYOUT = {**BUILT.module.LAYOUT, "ACK_TXN": 3}
+
+    with pytest.raises(ImportError, match="ACK_TXN"):
+        _native._check_layout(Other)  # type: ignore[arg-type]
+
+
+@needs_c
+def test_the_extension_is_a_multi_phase_module_with_its_own_types():
+    import importlib.util
+    import sys
+
+    # A second, independent instance of the module (multi-phase init): its types are its
+    # own, and kernels of either work.
+    spec = importlib.util.find_spec("oncelog._speedups")
+    assert spec is not None and spec.loader is not None
+    other = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(other)  # type: ignore[union-attr]
+    assert other is not sys.modules["oncelog._speedups"]
+    assert other.Kernel is not BUILT.module.Kernel
+    k = other.Kernel({}, [], 4, lambda *a: None)
+    envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
+    assert list(k.sequence(envs, None, True)) == envs
+    assert k.checkpoint(-1, False) == ({"j": 20}, [("j", P1, 6, -1)])
+
+
+@needs_c
+def test_kernel_is_freed_with_its_envelopes():
+    import gc
+    import weakref
+
+    class Msg:  # weakly referenceable
+        pass
+
+    envs = [
+        Envelope("j", 0, 10, Msg(), (P1, 5, Flags.OUTSIDE_TXN)),
+        Envelope("j", 10, 20, Msg(), (P2, 7, Flags.CONTINUE_TXN)),
+    ]
+    ref = weakref.ref(envs[1].message)
+    with speedups_mode("c"):
+        seq = Sequencer(buffer=4)
+    it = seq.sequence(envs)
+    assert next(it) is envs[0]
+    del envs, seq
+    gc.collect()
+    assert ref() is not None  # held by the ring, through the iterator
+    del it
+    gc.collect()
+    assert ref() is None
 
 
 # --- sequencing ----------------------------------------------------------------------------
@@ -180,8 +275,8 @@ def envelopes(spec: list[tuple[bytes, int, int]]) -> list[Envelope]:
 @pytest.mark.parametrize("mode", ["c", "pure"])
 def test_stepping_while_suspended_is_an_error(mode):
     envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
-    seq = Sequencer(states=None)
     with speedups_mode(mode):
+        seq = Sequencer(states=None)
         it = seq.sequence(envs)
         # The first message of a producer goes through queue_uncommitted + step.
         assert next(it) is envs[0]
@@ -205,9 +300,9 @@ def test_checkpoint_at_each_yield_is_the_same(mode):
 
     def run(m: str) -> list:
         # A ring of 3: P2's transaction leaves it before its ACK and is replayed.
-        seq = Sequencer(offsets={"j": 0}, buffer=3)
         seen = []
         with speedups_mode(m):
+            seq = Sequencer(offsets={"j": 0}, buffer=3)
             for env in seq.sequence(envs, replay, acks=False):
                 seen.append((env.begin, seq.checkpoint(dequeued_processed=True)))
         seen.append(seq.checkpoint())
@@ -225,8 +320,12 @@ def test_subclasses_take_the_python_path():
 
     envs = envelopes([(P1, 5, Flags.OUTSIDE_TXN), (P1, 6, Flags.OUTSIDE_TXN)])
     with speedups_mode("c"):
-        it = Custom().sequence(envs)
-    assert not isinstance(it, type(BUILT.Sequence(Sequencer(), [], None, True)))
+        custom = Custom()
+        assert type(custom) is Custom and not hasattr(custom, "_kernel")
+        it = custom.sequence(envs)
+        native = Sequencer()
+        assert isinstance(native, Sequencer) and native._kernel is not None  # type: ignore[attr-defined]
+    assert not isinstance(it, BUILT.module.SequenceIterator)
     assert list(it) == envs
 
 
