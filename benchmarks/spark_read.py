@@ -5,11 +5,17 @@ journal, each closed by an ACK) across 8 journals on a local-disk store, then sc
 them in one local[2] Spark session, each scan into Spark's `noop` sink:
 
 1. baseline: `spark.read.schema(DDL).json(<the journals' fragment files>)`;
-2. oncelog, read-committed with the same `schema`, one task per journal;
-3. oncelog, the same journals cut into 4 MiB splits (the two-phase plan);
-4. oncelog, the same journals on the S3 test server (moto, on 127.0.0.1).
+2. oncelog, read-committed with the same `schema`, one task per journal (the default
+   fast path: Arrow JSON decoding, commits decided a batch at a time);
+3. the same through the per-message row path (`fast_path=false`), for comparison;
+4. oncelog, the same journals cut into 4 MiB splits (the two-phase plan);
+5. oncelog, the same journals on the S3 test server (moto, on 127.0.0.1).
 
-Each figure is printed beside the baseline measured in the same run, as a ratio.
+Each figure is printed beside the baseline measured in the same run, as a ratio: of
+wall time, and of the CPU time of this process's children (Spark's JVM and its Python
+workers, read from /proc on Linux), which a busy machine disturbs less. Every scan runs
+`--repeat` times (default 3), the scans interleaved in each repetition; figures are
+medians.
 
     .venv/bin/python benchmarks/spark_read.py           # 2,000,000 messages
     .venv/bin/python benchmarks/spark_read.py --quick   # 200,000 messages
@@ -21,6 +27,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -81,10 +88,42 @@ def spark_session() -> Any:
     return local_session("oncelog-spark-read-benchmark")[0]
 
 
-def timed_scan(df: Any) -> float:
+def children_cpu() -> float | None:
+    """CPU seconds of this process's descendants (live ones included); None without /proc."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(x) for x in fields[11:15]) / tick
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, stack = 0.0, list(children.get(os.getpid(), []))
+    while stack:
+        pid = stack.pop()
+        total += cpu.get(pid, 0.0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def timed_scan(df: Any) -> tuple[float, float | None]:
+    """Wall seconds of a scan into the noop sink, and the CPU seconds Spark spent."""
+    cpu = children_cpu()
     start = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = children_cpu()
+    return wall, None if cpu is None or after is None else after - cpu
 
 
 def oncelog_df(spark: Any, store: str, **options: str) -> Any:
@@ -131,12 +170,23 @@ def copy_journals(source: JournalClient, target: JournalClient) -> None:
             reader.close()
 
 
-def report(name: str, rows: int, seconds: float, baseline: float | None) -> float:
+def report(
+    name: str, rows: int, timing: tuple[float, float | None], baseline: tuple[float, float] | None
+) -> tuple[float, float]:
+    """Print a figure (beside the baseline's, as ratios); returns (rows/s, rows/CPU s)."""
+    seconds, cpu = timing
     rate = rows / seconds
-    ratio = "" if baseline is None else f"{rate / baseline:6.2f}x Spark JSON"
-    line = f"{name:44s} {rows:>10,d} rows {seconds:7.2f} s {rate:>12,.0f} rows/s  {ratio}"
+    cpu_rate = rows / cpu if cpu else 0.0
+    ratio = cpu_ratio = ""
+    if baseline is not None:
+        ratio = f"{rate / baseline[0]:6.2f}x Spark JSON"
+        if cpu_rate and baseline[1]:
+            cpu_ratio = f"  CPU {cpu_rate / baseline[1]:5.2f}x"
+    cpu_text = f" (CPU {cpu:6.2f} s)" if cpu else ""
+    line = (f"{name:44s} {rows:>10,d} rows {seconds:7.2f} s{cpu_text} {rate:>12,.0f} rows/s  "
+            f"{ratio}{cpu_ratio}")
     print(line, flush=True)
-    return rate
+    return rate, cpu_rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--messages", type=int, help="messages in all (default 2,000,000)")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 test server figure")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions (medians are shown)")
     args = parser.parse_args(argv)
     messages = args.messages or (200_000 if args.quick else 2_000_000)
 
@@ -156,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         rows = write_journals(client, messages)
         size = sum(f.end - f.begin for n in JOURNALS for f in client.fragments(n))
+        print(f"load average {os.getloadavg()[0]:.2f} (1 min)")
         print(f"wrote {rows:,d} messages ({size / 2**20:.0f} MiB) in {len(JOURNALS)} journals "
               f"in {time.perf_counter() - t:.1f} s")
         files = [
@@ -171,20 +223,37 @@ def main(argv: list[str] | None = None) -> int:
         timed_scan(oncelog_df(spark, warm.root))
         timed_scan(spark.read.schema(DDL).json(warm_files))
 
-        baseline = report("spark.read.json (baseline)", rows,
-                          timed_scan(spark.read.schema(DDL).json(files)), None)
-        report("oncelog committed, a task per journal", rows,
-               timed_scan(oncelog_df(spark, store)), baseline)
-        report("oncelog committed, 4 MiB splits (two-phase)", rows,
-               timed_scan(oncelog_df(spark, store, split_bytes=str(4 << 20))), baseline)
+        scans: dict[str, Any] = {
+            "spark.read.json (baseline)": spark.read.schema(DDL).json(files),
+            "oncelog committed, a task per journal": oncelog_df(spark, store),
+            "oncelog committed, row path (fast_path=false)": oncelog_df(
+                spark, store, fast_path="false"
+            ),
+            "oncelog committed, 4 MiB splits (two-phase)": oncelog_df(
+                spark, store, split_bytes=str(4 << 20)
+            ),
+        }
         if not args.no_s3:
             import json
 
             server, s3_url, s3_options = start_s3()
             s3_client = open_journals(s3_url, **s3_options)
             copy_journals(client, s3_client)
-            s3 = oncelog_df(spark, s3_url, storage_options=json.dumps(s3_options))
-            report("oncelog committed, S3 test server (moto)", rows, timed_scan(s3), baseline)
+            scans["oncelog committed, S3 test server (moto)"] = oncelog_df(
+                spark, s3_url, storage_options=json.dumps(s3_options)
+            )
+        timings: dict[str, list[tuple[float, float | None]]] = {name: [] for name in scans}
+        for _ in range(max(1, args.repeat)):
+            for name, df in scans.items():
+                timings[name].append(timed_scan(df))
+        baseline = None
+        for name, runs in timings.items():
+            wall = statistics.median(w for w, _ in runs)
+            cpus = [c for _, c in runs if c is not None]
+            figure = report(name, rows, (wall, statistics.median(cpus) if cpus else None),
+                            baseline)
+            baseline = baseline or figure
+        print(f"load average {os.getloadavg()[0]:.2f} (1 min)")
         spark.stop()
     finally:
         if server is not None:

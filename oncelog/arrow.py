@@ -93,7 +93,12 @@ def read_committed_arrow(
     meta = table.drop_columns(["message"])
     if table.num_rows == 0:
         return meta
-    text = "\n".join(table.column("message").to_pylist()).encode() + b"\n"
+    # The documents' text joined by Arrow, without a Python string per message.
+    import pyarrow.compute as pc
+
+    messages = table.column("message").combine_chunks().cast(pa.large_string())
+    lines = pa.LargeListArray.from_arrays(pa.array([0, len(messages)], pa.int64()), messages)
+    text = pc.binary_join(lines, pa.scalar("\n", pa.large_string()))[0].as_buffer()
     docs: Any = pajson.read_json(pa.BufferReader(text))
     for name in docs.column_names:
         if name in meta.column_names:  # the UUID field, or a document field named like one

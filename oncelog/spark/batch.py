@@ -85,6 +85,7 @@ def decoder_for(
         chunk_bytes=options.chunk_bytes,
         uuid_field=options.uuid_field,
         new_message=new_message_factory(options, content_type, journal),
+        fast=options.fast_path,
     )
 
 

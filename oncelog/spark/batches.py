@@ -23,7 +23,13 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from oncelog.errors import OncelogError
-from oncelog.framing import CSVFraming, Framing, JSONFraming, for_content_type
+from oncelog.framing import (
+    CONTENT_TYPE_JSON_LINES,
+    CSVFraming,
+    Framing,
+    JSONFraming,
+    for_content_type,
+)
 from oncelog.framing.base import gc_paused, snippet
 from oncelog.journal import JournalClient
 from oncelog.message import FLAGS_MASK, CSVRecord, Envelope, Flags, JSONMessage
@@ -45,23 +51,48 @@ class BadMessage(OncelogError, ValueError):
 class DecodedBatch:
     """Consecutive whole frames of a journal, `[base, end)`, as Arrow columns.
 
-    `columns` are every source column but `commit_offset`, in schema order;
-    `producers`, `clocks` and `flags` the ids the commit plan needs; `envelopes`
+    `columns` are every source column but `commit_offset`, in schema order (none for
+    `ids_only` batches); `uuids` the UUID columns and `begin_col` the frames' offsets;
+    `begins`, `producers`, `clocks` and `flags` the same as Python lists, made on first
+    use (the per-message commit rules need them, the bulk ones do not); `envelopes`
     are kept only when asked for (sequential reads hand them to a Sequencer).
     """
 
     journal: str
     base: int
     end: int
-    begins: list[int]
-    producers: list[str]
-    clocks: list[int]
-    flags: list[int]
+    begin_col: pa.Array
+    uuids: UUIDColumns
     columns: list[pa.Array]
     envelopes: list[Envelope] | None = None
+    _begins: list[int] | None = None
+    _ids: tuple[list[str], list[int], list[int]] | None = None
 
     def __len__(self) -> int:
-        return len(self.begins)
+        return len(self.begin_col)
+
+    @property
+    def begins(self) -> list[int]:
+        if self._begins is None:
+            self._begins = self.begin_col.to_pylist()
+        return self._begins
+
+    def _lists(self) -> tuple[list[str], list[int], list[int]]:
+        if self._ids is None:
+            self._ids = self.uuids.ids()
+        return self._ids
+
+    @property
+    def producers(self) -> list[str]:
+        return self._lists()[0]
+
+    @property
+    def clocks(self) -> list[int]:
+        return self._lists()[1]
+
+    @property
+    def flags(self) -> list[int]:
+        return self._lists()[2]
 
 
 def record_batch(
@@ -114,7 +145,11 @@ class RangeDecoder:
         chunk_bytes: int = 8 << 20,
         uuid_field: str = "uuid",
         new_message: Callable[[Any], Any] | None = None,
+        fast: bool = True,
     ) -> None:
+        """`fast`: JSON lines are parsed by Arrow in one pass where that is exact, and the
+        read functions of oncelog.spark.read decide commits a batch at a time (False: the
+        per-message path, as a reference)."""
         self.client = client
         self.journal = journal
         self.kind = kind
@@ -122,10 +157,12 @@ class RangeDecoder:
         self.chunk_bytes = chunk_bytes
         self.framing: Framing = for_content_type(kind.content_type)
         self.uuid_field = uuid_field
+        self.fast = fast
         if new_message is None and isinstance(self.framing, JSONFraming):
             new_message = _json_factory(uuid_field)
         self.new_message = new_message
         self._journal_scalar = pa.scalar(journal, pa.string())
+        self._fast_schema = _fast_schema(uuid_field, kind, message_type) if fast else None
 
     def batches(
         self, begin: int, end: int, *, keep_envelopes: bool = False, ids_only: bool = False
@@ -140,7 +177,9 @@ class RangeDecoder:
             return
         if not keep_envelopes and isinstance(self.framing, JSONFraming):
             for chunk, base in self._line_chunks(begin, end):
-                batch = self._json_batch(chunk, base, ids_only)
+                batch = self._arrow_batch(chunk, base, ids_only)
+                if batch is None:
+                    batch = self._json_batch(chunk, base, ids_only)
                 if batch is None:
                     result = self.framing.decode(
                         chunk, journal=self.journal, base=base, final=True,
@@ -183,7 +222,7 @@ class RangeDecoder:
         uuid_field = self.uuid_field
         schema = pa.schema([(uuid_field, pa.string())])
         for chunk, base in self._line_chunks(begin, end):
-            fast = _json_ids(chunk, base, schema)
+            fast = _json_ids(chunk, base, schema) if _object_lines(chunk) is not None else None
             if fast is not None:
                 yield fast
                 continue
@@ -236,6 +275,49 @@ class RangeDecoder:
             batch.envelopes = envs
         return batch
 
+    def _arrow_batch(self, chunk: bytes, base: int, ids_only: bool) -> DecodedBatch | None:
+        """A batch of whole JSON lines parsed in one pass of Arrow's JSON reader (the UUID
+        field and, with a `schema`, the document's fields), without a Python object per
+        message; None where Arrow might judge a line otherwise than the framing does
+        (see `_object_lines`), or cannot read it as asked (the slower paths decide)."""
+        schema = self._fast_schema
+        if schema is None:
+            return None
+        lengths = _object_lines(chunk)
+        if lengths is None:
+            return None
+        try:
+            table = _read_json(chunk, schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        if table.num_rows != len(lengths):
+            return None
+        table = table.combine_chunks()
+        texts = table.column(0).chunk(0) if table.num_rows else pa.array([], pa.string())
+
+        def nil_or_fail(row: int) -> str:
+            if texts[row].as_py() in (None, ""):
+                return NIL_TEXT  # as JSONMessage: a missing or empty UUID is the nil UUID
+            raise _UseFraming
+
+        try:
+            uuids = uuid_columns(texts, nil_or_fail)
+        except (_UseFraming, ValueError):
+            return None
+        ends = pc.cumulative_sum(pc.add(lengths, 1), start=base).cast(pa.int64())
+        begins = pa.concat_arrays([pa.array([base], pa.int64()), ends.slice(0, len(ends) - 1)])
+        last = base + len(chunk)
+        message = None
+        if self.kind.parsed and not ids_only:
+            struct: pa.StructType = self.message_type  # type: ignore[assignment]
+            fields = [struct.field(i) for i in range(struct.num_fields)]
+            arrays = [
+                table.column(f.name).chunk(0) if table.num_rows else pa.array([], f.type)
+                for f in fields
+            ]
+            message = pa.StructArray.from_arrays(arrays, fields=fields)
+        return self._columns(chunk, base, begins, last, uuids, ids_only, message)
+
     def _json_batch(self, chunk: bytes, base: int, ids_only: bool) -> DecodedBatch | None:
         """A batch of whole JSON lines decoded without Envelopes, accepting exactly what the
         JSON framing accepts (an object per line); None if the framing must decide."""
@@ -271,19 +353,23 @@ class RangeDecoder:
         self,
         chunk: bytes,
         base: int,
-        begins: list[int],
+        begins: list[int] | pa.Array,
         last: int,
         uuids: UUIDColumns,
         ids_only: bool,
+        message: pa.Array | None = None,
     ) -> DecodedBatch:
-        producers, clocks, flags = uuids.ids()
+        begin_col = begins if isinstance(begins, pa.Array) else pa.array(begins, pa.int64())
+        batch = DecodedBatch(self.journal, base, last, begin_col, uuids, [])
+        if isinstance(begins, list):
+            batch._begins = begins
         if ids_only:
-            return DecodedBatch(self.journal, base, last, begins, producers, clocks, flags, [])
-        begin_col = pa.array(begins, pa.int64())
+            return batch
         end_col = pa.concat_arrays([begin_col[1:], pa.array([last], pa.int64())])
-        message = self._message_column(chunk, base, begins, last)
-        columns = [
-            pa.repeat(self._journal_scalar, len(begins)),
+        if message is None:
+            message = self._message_column(chunk, base, batch.begins, last)
+        batch.columns = [
+            pa.repeat(self._journal_scalar, len(begin_col)),
             begin_col,
             end_col,
             uuids.uuid,
@@ -294,7 +380,7 @@ class RangeDecoder:
             uuids.key,
             message,
         ]
-        return DecodedBatch(self.journal, base, last, begins, producers, clocks, flags, columns)
+        return batch
 
     @staticmethod
     def _uuid_texts(envs: list[Envelope]) -> list[object]:
@@ -368,6 +454,70 @@ class RangeDecoder:
                     f"fit option 'schema': {line_exc}: {snippet(line)}"
                 )
         return BadMessage(f"journal {self.journal!r}: documents do not fit option 'schema': {exc}")
+
+
+_MAX_DEPTH = 1024
+"""The deepest nesting of arrays and objects orjson (the framing's parser) accepts."""
+
+
+def _object_lines(chunk: bytes) -> pa.Array | None:
+    """The byte lengths of the lines of `chunk` (without their newlines) if Arrow's JSON
+    reader judges each line exactly as the JSON framing (orjson) does; None if it might
+    not (then the framing decides).
+
+    Arrow's reader parses a stream of values across newlines and accepts what orjson
+    rejects: NaN and Infinity, invalid UTF-8, nesting deeper than orjson's limit (and it
+    crashes on a line `null`). Every line must start with `{` and end with `}`: then no
+    value can continue past a line end (after a closing `}` only `,` `]` `}` or a new
+    top-level value may follow, and the next line starts with `{`), so with as many rows
+    as lines each line is exactly one object. Whitespace is the same four bytes for both
+    parsers; the other differences are ruled out here, conservatively (a chunk merely
+    mentioning `NaN` in a string takes the slower path).
+    """
+    if not chunk.endswith(b"}\n") or not chunk.startswith(b"{"):
+        return None
+    if (b"N" in chunk and b"NaN" in chunk) or (b"I" in chunk and b"Inf" in chunk):
+        return None
+    if not chunk.isascii():
+        try:
+            chunk.decode("utf-8")  # strict: no surrogates, no overlong forms
+        except UnicodeDecodeError:
+            return None
+    whole = pa.array([chunk], pa.large_binary())
+    lines = pc.list_flatten(pc.split_pattern(whole, b"\n"))
+    n = len(lines) - 1  # the chunk ends with a newline: the last piece is empty
+    lines = lines.slice(0, n)
+    if not pc.all(pc.starts_with(lines, "{")).as_py():
+        return None
+    if not pc.all(pc.ends_with(lines, "}")).as_py():
+        return None
+    if chunk.count(b"{") + chunk.count(b"[") - n >= _MAX_DEPTH:
+        # Some line may nest deeper than orjson allows: count each line's openers.
+        opens = pc.add(pc.count_substring(lines, "{"), pc.count_substring(lines, "["))
+        if pc.max(opens).as_py() > _MAX_DEPTH:
+            return None
+    return pc.binary_length(lines)
+
+
+def _fast_schema(uuid_field: str, kind: MessageKind, message_type: pa.DataType) -> pa.Schema | None:
+    """What one pass of Arrow's JSON reader extracts: the UUID field (a string), then the
+    fields of the `schema` option; None if they cannot share a pass (the schema names the
+    UUID field with another type)."""
+    if kind.content_type != CONTENT_TYPE_JSON_LINES:
+        return None
+    fields = [pa.field(uuid_field, pa.string())]
+    if kind.parsed:
+        struct: pa.StructType = message_type  # type: ignore[assignment]
+        for i in range(struct.num_fields):
+            f = struct.field(i)
+            if f.name == uuid_field:
+                if f.type != pa.string():
+                    return None
+                continue
+            fields.append(f)
+    if len({f.name for f in fields}) != len(fields):
+        return None
+    return pa.schema(fields)
 
 
 def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:

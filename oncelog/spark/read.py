@@ -9,6 +9,11 @@ Three ways, all yielding `pyarrow.RecordBatch`es of the source's schema:
 - `sequential_batches`: a Sequencer over a range, resumable from producer states
   (streaming micro-batches).
 
+With the decoder's `fast` path (the default), `split_batches` and `journal_batches`
+decide commits a batch at a time (`oncelog.spark._bulkcommit`) and hand over to the
+per-message rules of `SplitCommitter` only where a batch needs them; both give the same
+rows (tests/spark/test_spark_read_fast.py).
+
 Pure pyarrow: no Spark is needed to run (or test) them.
 """
 
@@ -22,6 +27,7 @@ import pyarrow.compute as pc
 
 from oncelog.message import Envelope
 from oncelog.sequencer import Sequencer
+from oncelog.spark._bulkcommit import BulkCommitter, NotBulk, bulk_facts
 from oncelog.spark.batches import DecodedBatch, RangeDecoder, record_batch
 from oncelog.spark.plan import (
     Diverged,
@@ -53,6 +59,20 @@ def _sliced(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
 
 def split_facts(decoder: RangeDecoder, split: Split) -> SplitFacts:
     """Phase 1 of the split plan: the producers' facts of one split."""
+    if decoder.fast:
+        producers: list[str] = []
+        clocks: list[int] = []
+        flags: list[int] = []
+        begins: list[int] = []
+        for p, c, f, b in decoder.ids(split.begin, split.end):
+            producers += p
+            clocks += c
+            flags += f
+            begins += b
+        bulk = bulk_facts(producers, clocks, flags, begins)
+        if bulk is not None:
+            return bulk
+        return gather_facts(zip(producers, clocks, flags, begins))
     facts = SplitFacts()
     for producers, clocks, flags, begins in decoder.ids(split.begin, split.end):
         gather_facts(zip(producers, clocks, flags, begins), facts)
@@ -97,15 +117,27 @@ def _emit(
         yield from _sliced(record_batch(batch, schema, group_rows, group_commits), batch_rows)
 
 
-def _model_batches(
+def _committed_batches(
     decoder: RangeDecoder,
     begin: int,
     end: int,
-    committer: SplitCommitter[int],
+    plan: SplitPlan | None,
     schema: pa.Schema,
     batch_rows: int,
 ) -> Iterator[pa.RecordBatch]:
-    """The messages `committer` commits in `[begin, end)` (refs are global row numbers)."""
+    """The committed messages of `[begin, end)`: of a split by its `plan`, or (no plan)
+    of a journal read from its start, guarded (Diverged where a Sequencer must decide).
+
+    With the decoder's fast path, batches are decided in bulk (`BulkCommitter`) until one
+    needs the per-message rules, which then take over in the same state; without, the
+    per-message rules decide all (`SplitCommitter`).
+    """
+    guard = plan is None
+    bulk = BulkCommitter(plan.states, plan.commits) if plan is not None else BulkCommitter()
+    fast: BulkCommitter | None = bulk if decoder.fast else None
+    rows_rules: SplitCommitter[int] | None = (
+        None if fast is not None else SplitCommitter(plan, guard=guard)
+    )
     live: dict[int, DecodedBatch] = {}
     starts: list[int] = []
     row = 0
@@ -113,23 +145,38 @@ def _model_batches(
         n = len(batch)
         live[row] = batch
         starts.append(row)
-        try:
-            out = committer.feed(
-                batch.producers, batch.clocks, batch.flags, batch.begins, range(row, row + n)
-            )
-        except Diverged as exc:
-            yield from _emit(live, starts, exc.committed, schema, batch_rows)
-            raise
+        if fast is not None:
+            try:
+                decided = fast.feed(batch.uuids, batch.columns[1], row, batch.base)
+            except NotBulk:
+                rows_rules = fast.handover(plan, guard)
+                fast = None
+            else:
+                yield from _emit(live, starts, decided.carried, schema, batch_rows)
+                cols = batch.columns
+                rows = pa.RecordBatch.from_arrays(
+                    cols[:3] + [decided.commits] + cols[3:], schema=schema
+                )
+                yield from _sliced(rows.filter(decided.mask), batch_rows)
+        if rows_rules is not None:
+            try:
+                out = rows_rules.feed(
+                    batch.producers, batch.clocks, batch.flags, batch.begins, range(row, row + n)
+                )
+            except Diverged as exc:
+                yield from _emit(live, starts, exc.committed, schema, batch_rows)
+                raise
+            yield from _emit(live, starts, out, schema, batch_rows)
         row += n
-        yield from _emit(live, starts, out, schema, batch_rows)
         # Drop batches no pending transaction still refers to.
-        oldest = committer.oldest_pending()
+        oldest = rows_rules.oldest_pending() if rows_rules is not None else bulk.oldest_pending()
         horizon = row if oldest is None else oldest
         while len(starts) > 1 and starts[1] <= horizon:
             del live[starts.pop(0)]
         if starts and starts[0] + len(live[starts[0]]) <= horizon:
             del live[starts.pop(0)]
-    yield from _emit(live, starts, committer.finish(), schema, batch_rows)
+    last = rows_rules.finish() if rows_rules is not None else bulk.finish()
+    yield from _emit(live, starts, last, schema, batch_rows)
 
 
 def split_batches(
@@ -137,7 +184,7 @@ def split_batches(
 ) -> Iterator[pa.RecordBatch]:
     """Phase 2 of the split plan: the committed messages of one split."""
     split = plan.split
-    return _model_batches(decoder, split.begin, split.end, SplitCommitter(plan), schema, batch_rows)
+    return _committed_batches(decoder, split.begin, split.end, plan, schema, batch_rows)
 
 
 def journal_batches(
@@ -149,9 +196,8 @@ def journal_batches(
     hold what the Sequencer may decide otherwise (`Diverged`), what was committed before
     that point stands and a Sequencer reads the rest.
     """
-    committer: SplitCommitter[int] = SplitCommitter(guard=True)
     try:
-        yield from _model_batches(decoder, begin, end, committer, schema, batch_rows)
+        yield from _committed_batches(decoder, begin, end, None, schema, batch_rows)
     except Diverged as exc:
         yield from sequential_batches(
             decoder, begin, end, schema, batch_rows=batch_rows, commits_from=exc.offset
