@@ -20,7 +20,7 @@ from typing import Any, Callable, NoReturn, TypeVar, cast
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol, url_to_fs
 
-from oncelog.journal import compaction
+from oncelog.journal import _revisions, compaction
 from oncelog.journal._retry import retry
 from oncelog.journal.appender import Appender, AppendResult, AsyncAppend, AsyncAppendMany
 from oncelog.journal.errors import (
@@ -141,8 +141,13 @@ class JournalClient:
 
         `expect`, like gazctl's mod revision: the spec the change was based on. If the
         stored spec differs from it (incarnations aside), JournalError is raised and
-        nothing is written. The check and the write exclude other threads of this client,
-        not other processes.
+        nothing is written.
+
+        Safe between processes and machines: the change is first claimed as the next
+        revision of the spec, created only if absent, and only then written to spec.json;
+        of two concurrent updates exactly one claims the revision and the other raises
+        JournalError and writes nothing. A change whose spec.json write was interrupted is
+        completed by the next update (see oncelog.journal._revisions).
 
         This client's appender and index of the journal are dropped (after flushing), so
         its next appends use the new fragment settings; other processes pick them up when
@@ -150,8 +155,14 @@ class JournalClient:
         if not isinstance(spec, JournalSpec):
             raise TypeError(f"update() takes a JournalSpec, not {type(spec).__name__}")
         name = spec.name
+        store = self.store
         with self._journal_lock(name):
+            self.store.backend.require_create()
             current = self.get(name)
+            incarnation = current.incarnation
+            newest = self._roll_forward(name, current)
+            if newest is not None:
+                current = self._parse_spec(name, newest.spec)
             if expect is not None:
                 if expect.name != name:
                     raise ValueError(
@@ -163,16 +174,39 @@ class JournalClient:
                     raise JournalError(
                         f"journal {name!r} was changed since it was read; re-read and retry"
                     )
-            spec = replace(spec, incarnation=current.incarnation)
+            spec = replace(spec, incarnation=incarnation)
             data = spec.to_json()
-            path = self.store.spec_path(name)
-            self._with_retry(
-                lambda: self.store.backend.write(path, data),
-                f"update the spec of journal {name!r}",
-                ambiguous=True,
-            )
+            number = (newest.number if newest is not None else 0) + 1
+            if not self._create_object(
+                _revisions.revision_path(store, name, incarnation, number),
+                _revisions.new_revision(number, data),
+                f"claim revision {number} of journal {name!r}'s spec",
+            ):
+                raise JournalError(
+                    f"journal {name!r} was changed by another writer at the same time "
+                    f"(revision {number} of its spec, the one this change was to make, "
+                    "exists): nothing was written; re-read and retry"
+                )
+            self._write_spec(name, data)
+            self._roll_forward(name, spec)  # overtaken meanwhile: leave the newest
             self._drop_cached(name)
         return spec
+
+    def _write_spec(self, name: str, data: bytes) -> None:
+        path = self.store.spec_path(name)
+        self._with_retry(
+            lambda: self.store.backend.write(path, data),
+            f"update the spec of journal {name!r}",
+            ambiguous=True,
+        )
+
+    def _roll_forward(self, name: str, current: JournalSpec) -> _revisions.Revision | None:
+        """The newest revision of the journal's spec (None if it never changed), written to
+        spec.json first if spec.json (`current`) is not that revision's spec."""
+        newest = _revisions.latest(self.store, name, current.incarnation)
+        if newest is not None and newest.spec != current.to_json():
+            self._write_spec(name, newest.spec)
+        return newest
 
     def get(self, name: str) -> JournalSpec:
         """The spec of journal `name`; JournalNotFound if it has none, CorruptSpec (naming
@@ -325,6 +359,7 @@ class JournalClient:
         store = self.store
         store.delete_claims(name, store.list_claim_begins(name))
         compaction.delete_records(store, name)
+        _revisions.delete_revisions(store, name)
         store.delete_fragments(store.list_fragments(name))
         store.backend.delete(
             [
@@ -341,6 +376,7 @@ class JournalClient:
                 store.claims_dir(name),
                 store.backend.join(META_DIR, "journals", name),
                 compaction.records_dir(store, name),
+                _revisions.revisions_dir(store, name),
             ):
                 prune(directory)
         if index is not None:
