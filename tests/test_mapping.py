@@ -432,7 +432,7 @@ def test_lazy_polled_list_refreshes_when_stale_and_keeps_the_last_good_list(capl
     failure = ConnectionError("store unreachable")
     client.set(specs(["zzz"]), error=failure)
     clock.now = 20.0
-    with caplog.at_level(logging.WARNING, logger="oncelog.mapping"):
+    with caplog.at_level(logging.WARNING, logger="oncelog.polled"):
         assert names_of(polled()) == ["a", "b"]
     assert client.calls == 3
     assert polled.last_error is failure
@@ -482,7 +482,7 @@ def test_a_slow_refresh_does_not_block_other_callers():
 
 def test_background_polled_list_refreshes_keeps_going_after_failures_and_stops(caplog):
     client = FakeClient(specs(["a"]))
-    with caplog.at_level(logging.WARNING, logger="oncelog.mapping"):
+    with caplog.at_level(logging.WARNING, logger="oncelog.polled"):
         with PolledList(client, "", interval=0.005) as polled:
             # Calls numbered after set() saw the change; the one after that proves it was stored.
             seen = client.set(specs(["x", "b"]))
