@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import oncelog.journal.backends as backends
+import oncelog.journal.backends.local as backends
 from oncelog import open_journals
 from oncelog.journal import AppendFailed, JournalSpec
 

@@ -170,7 +170,7 @@ def test_a_failed_rename_of_staged_bytes_is_retried_by_writing_them_afresh(
 ) -> None:
     import os
 
-    from oncelog.journal import backends as backends_module
+    from oncelog.journal.backends import local as backends_module
 
     client = local_store.open()
     client.create(JournalSpec("flaky"))

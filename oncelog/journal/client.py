@@ -369,16 +369,15 @@ class JournalClient:
             ]
         )
         store.backend.delete([store.spec_path(name)])
-        prune = getattr(store.backend, "prune_dirs", None)
-        if prune is not None:  # local disk: leave no empty directories behind
-            for directory in (
-                store.journal_dir(name),
-                store.claims_dir(name),
-                store.backend.join(META_DIR, "journals", name),
-                compaction.records_dir(store, name),
-                _revisions.revisions_dir(store, name),
-            ):
-                prune(directory)
+        # Leave no empty directories behind (local disk; a no-op on object stores).
+        for directory in (
+            store.journal_dir(name),
+            store.claims_dir(name),
+            store.backend.join(META_DIR, "journals", name),
+            compaction.records_dir(store, name),
+            _revisions.revisions_dir(store, name),
+        ):
+            store.backend.prune_dirs(directory)
         if index is not None:
             index.forget()
 
@@ -818,8 +817,7 @@ def _seconds(value: timedelta | float) -> float:
 
 
 def _temp_files(store: FragmentStore, directory: str) -> list[Any]:
-    lister = getattr(store.backend, "list_temp", None)
-    return lister(directory) if lister is not None else []
+    return store.backend.list_temp(directory)
 
 
 def _restore_client(

@@ -1,0 +1,50 @@
+"""Storage primitives per fsspec backend: durable writes, create-only-if-absent, listings.
+
+Each backend offers the same small set of calls. The one that matters for correctness is
+`create(path, data) -> bool`, which stores `data` only if nothing exists at `path`:
+
+- local disk: write a temporary file in the same directory, fsync it, `os.link` it to the
+  final name (fails with FileExistsError if present), unlink the temporary, fsync the directory;
+- S3 (s3fs >= 2025.7.0): one PUT with `If-None-Match: *` (412 when the key exists);
+- memory://: exists-then-store under a process-wide lock (memory:// is process-local anyway).
+
+Any other fsspec filesystem is readable but cannot create-if-absent, so appends are refused.
+"""
+
+from fsspec import AbstractFileSystem
+
+from oncelog.journal.backends._base import MIN_S3FS_VERSION, Backend, ObjectInfo, StagedFile
+from oncelog.journal.backends.generic import GenericBackend
+from oncelog.journal.backends.local import LocalBackend
+from oncelog.journal.backends.memory import MemoryBackend
+from oncelog.journal.backends.s3 import S3Backend
+
+__all__ = [
+    "ObjectInfo",
+    "StagedFile",
+    "Backend",
+    "LocalBackend",
+    "MemoryBackend",
+    "S3Backend",
+    "GenericBackend",
+    "backend_for",
+    "MIN_S3FS_VERSION",
+]
+
+def backend_for(fs: AbstractFileSystem, root: str) -> Backend:
+    """Pick the backend for an fsspec filesystem by its protocol."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    if "file" in protocols or "local" in protocols:
+        return LocalBackend(fs, root)
+    if "memory" in protocols:
+        return MemoryBackend(fs, root)
+    if "s3" in protocols or "s3a" in protocols:
+        return S3Backend(fs, root)
+    return GenericBackend(fs, root)
+
+
+def _conforms(
+    local: LocalBackend, memory: MemoryBackend, s3: S3Backend, generic: GenericBackend
+) -> list[Backend]:
+    """Never called: mypy checks here that every backend satisfies the Backend protocol."""
+    return [local, memory, s3, generic]

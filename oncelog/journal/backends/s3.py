@@ -1,0 +1,181 @@
+"""S3 through s3fs: conditional PUT (If-None-Match) for create, direct GETs and listings."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Iterable, Sequence
+
+from fsspec import AbstractFileSystem
+
+from oncelog.journal.backends._base import MIN_S3FS_VERSION, ObjectInfo, _version_tuple
+from oncelog.journal.backends.generic import GenericBackend, _mtime
+from oncelog.journal.errors import StoreNotFound
+
+
+class S3Backend(GenericBackend):
+    """S3 through s3fs, calling S3 directly where s3fs would cache or add requests:
+    one GET per small read, conditional PUT for create, ListObjectsV2 with StartAfter."""
+
+    kind = "s3"
+
+    _SMALL = 64 << 20  # below this one GET; above, s3fs's HEAD + concurrent ranged GETs
+    _GATHER = 32  # concurrent GETs in read_many
+
+    def __init__(self, fs: AbstractFileSystem, root: str) -> None:
+        super().__init__(fs, root)
+        import s3fs
+
+        self._s3fs_version = getattr(s3fs, "__version__", "0")
+
+    @property
+    def can_create(self) -> bool:
+        return _version_tuple(self._s3fs_version) >= MIN_S3FS_VERSION
+
+    def _no_create_reason(self) -> str:
+        return (
+            f"s3fs {self._s3fs_version} is older than 2025.7.0 and ignores mode='create' for "
+            "small objects (it would silently overwrite claims); upgrade s3fs to append on S3"
+        )
+
+    def read(self, path: str, size_hint: int | None = None) -> bytes:
+        if size_hint is not None and size_hint >= self._SMALL:
+            return self.fs.cat_file(path)  # concurrent ranged GETs for large objects
+        return self.fs.cat_file(path, max_concurrency=1)
+
+    def read_many(self, paths: Sequence[str]) -> list[bytes | BaseException]:
+        from fsspec.asyn import sync
+
+        fs: Any = self.fs
+        out: list[bytes | BaseException] = []
+        for i in range(0, len(paths), self._GATHER):
+            batch = paths[i : i + self._GATHER]
+
+            async def gather(batch: Sequence[str] = batch) -> list[Any]:
+                return await asyncio.gather(
+                    *(fs._cat_file(p, max_concurrency=1) for p in batch), return_exceptions=True
+                )
+
+            out.extend(sync(fs.loop, gather))
+        return out
+
+    def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
+        self.fs.pipe_file(path, bytes(data) if isinstance(data, memoryview) else data)
+
+    def create(self, path: str, data: bytes) -> bool:
+        self.require_create()
+        try:
+            self.fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+        except FileNotFoundError as exc:
+            if _no_such_bucket(exc):
+                bucket = self.root.split("/", 1)[0]
+                raise StoreNotFound(
+                    f"the S3 bucket {bucket!r} does not exist (store s3://{self.root})"
+                ) from exc
+            raise
+        except OSError as exc:
+            # s3fs maps 412 to FileExistsError only when the reply names the If-None-Match
+            # condition (AWS, moto); other S3 implementations send a bare 412.
+            if _precondition_failed(exc):
+                return False
+            raise
+        return True
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.fs.info(path, refresh=True)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def missing_store(self) -> str | None:
+        bucket = self.root.split("/", 1)[0]
+        try:
+            self.fs.call_s3("list_objects_v2", Bucket=bucket, MaxKeys=1)  # type: ignore[attr-defined]
+        except FileNotFoundError as exc:
+            if _no_such_bucket(exc):
+                return f"the S3 bucket {bucket!r} does not exist"
+            raise
+        return None
+
+    def _call(self, method: str, bucket: str, **kwargs: Any) -> Any:
+        try:
+            return self.fs.call_s3(method, Bucket=bucket, **kwargs)  # type: ignore[attr-defined]
+        except FileNotFoundError as exc:
+            if _no_such_bucket(exc):
+                raise StoreNotFound(
+                    f"the S3 bucket {bucket!r} does not exist (store s3://{self.root})"
+                ) from exc
+            raise
+
+    def _list(self, path: str, delimiter: str, start_after: str | None = None) -> list[dict]:
+        bucket, key, _ = self.fs.split_path(path)  # type: ignore[attr-defined]
+        prefix = key.rstrip("/") + "/" if key else ""
+        kwargs: dict[str, Any] = {"bucket": bucket, "Prefix": prefix}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        if start_after is not None:
+            kwargs["StartAfter"] = prefix + start_after
+        contents: list[dict] = []
+        while True:
+            resp = self._call("list_objects_v2", **kwargs)
+            for item in resp.get("Contents", ()):
+                item = dict(item)
+                item["Rel"] = item["Key"][len(prefix):]
+                contents.append(item)
+            if not resp.get("IsTruncated"):
+                return contents
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+            kwargs.pop("StartAfter", None)
+
+    def list_dir(self, path: str) -> list[ObjectInfo]:
+        out = [
+            ObjectInfo(c["Rel"], int(c.get("Size", 0)), _mtime(c))
+            for c in self._list(path, "/")
+            if c["Rel"] and not c["Rel"].startswith(".tmp-")
+        ]
+        out.sort(key=lambda o: o.name)
+        return out
+
+    def list_names_after(self, path: str, after: str | None) -> list[str]:
+        return sorted(c["Rel"] for c in self._list(path, "/", after) if c["Rel"])
+
+    def walk(self, path: str) -> list[ObjectInfo]:
+        out = [
+            ObjectInfo(c["Rel"], int(c.get("Size", 0)), _mtime(c))
+            for c in self._list(path, "")
+            if c["Rel"] and not c["Rel"].rsplit("/", 1)[-1].startswith(".tmp-")
+        ]
+        out.sort(key=lambda o: o.name)
+        return out
+
+    def delete(self, paths: Iterable[str]) -> None:
+        by_bucket: dict[str, list[str]] = {}
+        for p in paths:
+            bucket, key, _ = self.fs.split_path(p)  # type: ignore[attr-defined]
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for i in range(0, len(keys), 1000):  # one DeleteObjects request per 1000 keys
+                objects = [{"Key": k} for k in keys[i : i + 1000]]
+                self.fs.call_s3(  # type: ignore[attr-defined]
+                    "delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
+                )
+
+
+def _no_such_bucket(exc: BaseException) -> bool:
+    """Whether an s3fs error is S3's NoSuchBucket."""
+    response = getattr(exc.__cause__, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", "")) == "NoSuchBucket"
+    return "bucket does not exist" in str(exc)
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    response = getattr(cause, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("PreconditionFailed", "412") or status == 412
