@@ -22,7 +22,7 @@ def spy_local_block_reads(client: JournalClient, calls: list[tuple[Any, ...]]) -
     """Record the reads of raw fragments by blocks from local disk (which go through open
     files, not the backend's read_range) as ("range", start, end) in the fragment."""
     store = client.store
-    original = store.open_local
+    original = store.open_pieces
 
     class Spy:
         def __init__(self, inner: Any) -> None:
@@ -37,7 +37,7 @@ def spy_local_block_reads(client: JournalClient, calls: list[tuple[Any, ...]]) -
         def close(self) -> None:
             self.inner.close()
 
-    def open_local(fragment: Any, blocks: Any) -> Any:
+    def open_pieces(fragment: Any, blocks: Any) -> Any:
         return Spy(original(fragment, blocks))
 
-    store.open_local = open_local  # type: ignore[method-assign]
+    store.open_pieces = open_pieces  # type: ignore[method-assign]

@@ -11,6 +11,7 @@ import pytest
 from journal_support import new_journal
 
 from oncelog.journal import AppendFailed, AppendResult, FragmentSpec, JournalSpec
+from oncelog.journal import _persister as persister_module
 from oncelog.journal import appender as appender_module
 
 
@@ -86,7 +87,7 @@ def test_appends_keep_flowing_while_a_write_is_slow(local_store: Any) -> None:
     client.create(JournalSpec("gc"))
     first_write = threading.Event()
     gate = threading.Event()
-    backend = client.store.backend
+    backend: Any = client.store.backend.staging
     original = backend.stage  # local disk: the fragment's bytes are written here
 
     def slow_first(directory: str, data: Any) -> Any:
@@ -145,7 +146,7 @@ def test_local_fragments_are_staged_while_hashed_and_named_by_their_sha1(
     client = local_store.open()
     client.create(JournalSpec("raw"))
     client.create(JournalSpec("zst", fragment=FragmentSpec(compression="zstd")))
-    backend = client.store.backend
+    backend: Any = client.store.backend.staging
     staged: list[str] = []
     original = backend.stage
 
@@ -218,9 +219,9 @@ def test_a_forked_child_hashes_large_fragments_with_its_own_threads(local_store:
 
     client = local_store.open()
     client.create(JournalSpec("forked"))
-    big = b"p" * (appender_module._OVERLAP_MIN + 1)
+    big = b"p" * (persister_module._OVERLAP_MIN + 1)
     assert client.append("forked", big).end == len(big)  # the parent's pool now exists
-    assert appender_module._HASH_POOL is not None
+    assert persister_module._HASH_POOL is not None
     ctx = multiprocessing.get_context("fork")
     child = ctx.Process(target=_append_in_child, args=(local_store.url, len(big)))
     child.start()
@@ -232,7 +233,7 @@ def test_a_forked_child_hashes_large_fragments_with_its_own_threads(local_store:
 def _append_in_child(url: str, size: int) -> None:
     from oncelog.journal import open_journals
 
-    assert appender_module._HASH_POOL is None
+    assert persister_module._HASH_POOL is None
     child_client = open_journals(url)
     assert child_client.append("forked", b"c" * size).begin == size
 

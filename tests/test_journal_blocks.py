@@ -219,12 +219,12 @@ def test_sums_are_computed_once_per_batch_not_per_claim_attempt(
             calls.append(len(data))
             return real(data, block_size)
 
-        import oncelog.journal.appender as appender_module
+        import oncelog.journal._persister as persister_module
 
-        # Wherever the appender takes block_sums from (this module or its own namespace).
+        # Wherever the persister takes block_sums from (this module or its own namespace).
         with (
             mock.patch.object(_blocks, "block_sums", counting),
-            mock.patch.object(appender_module, "block_sums", counting, create=True),
+            mock.patch.object(persister_module, "block_sums", counting, create=True),
         ):
             a.append(name, b"third")
         assert a._appender(name).races_lost == 1
@@ -473,7 +473,7 @@ def test_local_reads_by_pieces_return_the_right_bytes_across_reused_buffers(
     """On local disk pieces of whole blocks are read into two buffers used in turn: reads
     of any size, spanning many pieces and fragments, get exactly the journal's bytes, and a
     fragment deleted while a reader is inside it (retirement, trim) is still read whole."""
-    from oncelog.journal import store as store_module
+    from oncelog.journal.backends import local as local_module
 
     client = local_store.open()
     try:
@@ -482,7 +482,7 @@ def test_local_reads_by_pieces_return_the_right_bytes_across_reused_buffers(
         for part in parts:
             client.append(name, part)
         data = b"".join(parts)
-        with mock.patch.object(store_module, "LOCAL_READ_PIECE", 3 * small_blocks):
+        with mock.patch.object(local_module, "READ_PIECE", 3 * small_blocks):
             fresh = local_store.open()
             try:
                 calls: list[tuple[Any, ...]] = []

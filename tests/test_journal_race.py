@@ -141,9 +141,44 @@ def test_four_processes_racing_on_one_journal(request: pytest.FixtureRequest, ba
     assert sum(len(w.results) for w in writers) == 4 * count
     # The writers really raced: claims were lost and retried at the new head.
     assert sum(w.stats["races_lost"] for w in writers) > 0
-    # Losers removed their unclaimed objects (only identical-named ones could remain).
+    # Losers renamed their objects to the new offsets instead of writing them again: every
+    # byte of the journal was sent to storage once, however many races were lost.
+    assert sum(w.stats["fragment_bytes"] for w in writers) == client.head("race/part-000")
+    # ...and left no unclaimed object behind (only identical-named ones could remain).
     assert client.gc("race/part-000", grace=0) == []
+    # A Gazette reader of the fragments alone (no claims) sees the same journal.
+    assert gazette_view(target, "race/part-000") == client.read("race/part-000").read()
     client.close()
+
+
+def gazette_view(target: Any, journal: str) -> bytes:
+    """The journal as a Gazette broker's fragment index would serve it: the fragment files
+    listed under the journal's directory (claims and specs ignored), each checked against
+    the SHA1 in its name, tiling the journal from offset 0 with no gap or overlap."""
+    from oncelog.journal import JournalClient
+    from oncelog.journal.fragment import content_sum
+
+    probe = target.open()
+    try:
+        fragments = probe.store.list_fragments(journal)
+        parts = []
+        offset = 0
+        for fragment in fragments:
+            assert fragment.begin == offset, f"gap or overlap at {fragment.content_name}"
+            data = probe.store.read_fragment(fragment)
+            assert content_sum(data) == fragment.sum and len(data) == fragment.content_length
+            parts.append(data)
+            offset = fragment.end
+        as_gazette = JournalClient(probe.fs, probe.root)
+        try:
+            assert [f.content_name for f in as_gazette.store.list_fragments(journal)] == [
+                f.content_name for f in fragments
+            ]
+        finally:
+            as_gazette.close()
+        return b"".join(parts)
+    finally:
+        probe.close()
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
@@ -246,12 +281,19 @@ def _install_crash(client: Any, phase: str) -> None:
     local = getattr(backend, "inner", backend)  # the LocalBackend under the retrying reads
     fragments = [0]
     write, write_temp, create = backend.write, local._write_temp, backend.create
+    write_staged = local.write_staged
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     def spy_write(path: str, data: Any) -> None:
         write(path, data)
+        fragments[0] += 1
+        if phase == "fragment-written" and fragments[0] == 3:
+            die()
+
+    def spy_write_staged(path: str, staged: Any) -> None:
+        write_staged(path, staged)
         fragments[0] += 1
         if phase == "fragment-written" and fragments[0] == 3:
             die()
@@ -269,6 +311,28 @@ def _install_crash(client: Any, phase: str) -> None:
         return created
 
     backend.write, local._write_temp, backend.create = spy_write, spy_write_temp, spy_create
+    local.write_staged = spy_write_staged  # fragments are staged, then named (local disk)
+
+
+def _count_fragment_bytes(client: Any) -> list[int]:
+    """Count the fragment bytes this process sends to storage (staged or written)."""
+    from oncelog.journal.backends import StagedFile
+
+    store = client.store
+    count = [0]
+    stage, write = store.stage_fragment, store.write_fragment
+
+    def counting_stage(journal: str, data: Any) -> Any:
+        count[0] += len(data)
+        return stage(journal, data)
+
+    def counting_write(fragment: Any, data: Any) -> None:
+        if not isinstance(data, StagedFile):  # staged bytes were counted when staged
+            count[0] += len(data)
+        write(fragment, data)
+
+    store.stage_fragment, store.write_fragment = counting_stage, counting_write
+    return count
 
 
 def _worker(config: dict[str, Any]) -> None:
@@ -280,6 +344,7 @@ def _worker(config: dict[str, Any]) -> None:
     client = open_journals(config["url"], **config["options"])
     if config.get("crash_at"):
         _install_crash(client, config["crash_at"])
+    fragment_bytes = _count_fragment_bytes(client)
     journal, writer, count = config["journal"], config["writer"], config["count"]
     print("ready", flush=True)
     sys.stdin.readline()
@@ -302,7 +367,11 @@ def _worker(config: dict[str, Any]) -> None:
     for t in threads:
         t.join()
     appender = client._appenders[journal]
-    stats = {"races_lost": appender.races_lost, "fragments": appender.fragments_written}
+    stats = {
+        "races_lost": appender.races_lost,
+        "fragments": appender.fragments_written,
+        "fragment_bytes": fragment_bytes[0],
+    }
     client.close()
     print("done " + json.dumps(stats), flush=True)
 

@@ -96,6 +96,31 @@ def test_truncated_fragment_bodies_are_errors_or_retried_never_short_data(
     assert rule.fired == 2
 
 
+def test_lost_race_moves_the_fragment_despite_a_lost_copy_reply(
+    s3_fault_proxy: FaultTarget,
+) -> None:
+    """A writer that loses a claim race renames its fragment to the new offsets with a
+    server-side copy; the copy's reply is lost (the server made the copy), the retry must
+    neither fail nor leave an unclaimed object, and the journal reads back whole."""
+    with s3_fault_proxy.direct().open() as setup:
+        setup.create(JournalSpec("lostmove/j"))
+    with s3_fault_proxy.open(retries=False, retry_timeout=10) as a:
+        assert a.append("lostmove/j", b"first\n").end == 6
+        with s3_fault_proxy.direct().open() as b:
+            assert b.append("lostmove/j", b"second\n").end == 13  # a's index is now stale
+        # a claims offset 6, loses, and moves its object to 13-19: that copy's reply is lost.
+        rule = s3_fault_proxy.proxy.add_rule(
+            FaultRule(LOST_REPLY, method="PUT", key=r"/lostmove/j/000000000000000d-", times=1)
+        )
+        result = a.append("lostmove/j", b"third\n")
+        assert (result.begin, result.end) == (13, 19)
+        assert a._appender("lostmove/j").races_lost == 1
+        assert rule.fired == 1
+    with s3_fault_proxy.direct().open() as check:
+        assert check.read("lostmove/j").read() == b"first\nsecond\nthird\n"
+        assert check.gc("lostmove/j", grace=0) == []  # the loser's old name is gone
+
+
 @pytest.mark.slow
 def test_consumer_pipeline_under_random_faults_is_exactly_once(
     s3_fault_proxy: FaultTarget,

@@ -144,7 +144,8 @@ def create(
     client = state.client()
     # A local store's directory is made by its first journal: say so, so that a mistyped
     # path shows up here rather than as an empty store later.
-    new_store = client.store.backend.kind == "local" and client.store.backend.missing_store()
+    backend = client.store.backend
+    new_store = backend.creates_root and backend.missing_store() is not None
     client.create(spec)
     if new_store:
         notice(f"created a new store in directory {client.root}")

@@ -1,4 +1,7 @@
-"""Appending: spool appends in memory, write them as one fragment per flush, claim it.
+"""Appending: spool appends in memory and group-commit them, one fragment per flush.
+
+The batching half of appending (as Gazette's spool.go is to persister.go; the storing half,
+write-then-claim-if-absent with its retries and lost races, is `_persister.Persister`).
 
 One Appender serves every thread of a process appending to a journal. An AsyncAppend holds
 the appender's write lock from `start_append` to `release`, so its bytes are contiguous and
@@ -7,45 +10,47 @@ is being written (group commit); a batch is sealed when it reaches FragmentSpec.
 the writer is free (flush_interval 0), after flush_interval, or when someone waits for it.
 `start_append_many` spools many records under one hold of the lock, a run of whole records
 per batch with one copy, and gives each record the offsets single appends would have had.
+One writer thread per appender takes sealed batches in order and persists them; a failed
+batch fails every batch sealed after it, so a failed append is never followed by a durable one.
 
-Writing a batch: SHA1 and compress its bytes, store the fragment under its content name at
-the known head, then create the claim of that offset only if absent. A lost claim means
-another writer appended first: read its claim, move to the new head, store the same bytes
-under the new name, try again, and remove the object that lost.
+Locks and what they guard (Appender):
+- `_write_lock`: held by an AsyncAppend from start to release (and by start_append_many
+  and flush); guards the open batch's bytes (`_open.buf`, `used`, `created`) and the
+  reading of `_open` on the hot path.
+- `_state` (a Condition): guards `_open` being replaced, `_sealed`, `_sealed_bytes`,
+  `_inflight`, `_flush_requested`, `_seal_requested`, `_thread` and `_closed`; `_room` is
+  written under it and read without it on the hot path (a stale value only sends an append
+  down the slow path, which re-reads it under the lock).
+- Lock order: `_write_lock`, then `_state`. Nothing takes `_write_lock` while holding
+  `_state` (the writer thread only tries it without blocking, outside `_state`). The
+  persister runs holding neither; the claims index's locks are leaves taken inside its calls.
+- A batch's `base`, `error` and `event` are written by the writer thread before `event` is
+  set, and read by waiters after it is set.
 """
 
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
-import uuid
 from bisect import bisect_left
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from time import monotonic as _monotonic
 from types import TracebackType
-from typing import Any, Callable, NoReturn
+from typing import Any
 
-import crc32c
-
-from oncelog.journal._blocks import BlockSums, block_sums
-from oncelog.journal._retry import retry
-from oncelog.journal.backends import StagedFile
+from oncelog.journal._persister import Persister
 from oncelog.journal.errors import AppendFailed, JournalError
-from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
 from oncelog.journal.index import ClaimsIndex
 from oncelog.journal.spec import FragmentSpec
-from oncelog.journal.store import Claim, FragmentStore
+from oncelog.journal.store import FragmentStore
 
 __all__ = ["AppendResult", "AsyncAppend", "AsyncAppendMany", "Appender"]
 
 _IDLE_EXIT = 5.0  # seconds an idle writer thread lingers before exiting
 _MIN_PENDING_LIMIT = 16 << 20
-_OVERLAP_MIN = 1 << 20  # batches from this size are hashed in another thread while written
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,29 +76,6 @@ class _Batch:
         self.base = 0
         self.error: BaseException | None = None
         self.sealed = False
-
-
-_HASH_POOL: ThreadPoolExecutor | None = None
-_HASH_POOL_LOCK = threading.Lock()
-
-
-def _hash_pool() -> ThreadPoolExecutor:
-    """Threads computing fragment SHA1s while the writer threads store the bytes."""
-    global _HASH_POOL
-    with _HASH_POOL_LOCK:
-        if _HASH_POOL is None:
-            _HASH_POOL = ThreadPoolExecutor(2, thread_name_prefix="oncelog-sha1")
-        return _HASH_POOL
-
-
-def _forget_hash_pool() -> None:
-    """A forked child has none of the parent's threads: it must start its own pool (an
-    inherited one would accept work that no thread ever runs)."""
-    global _HASH_POOL, _HASH_POOL_LOCK
-    _HASH_POOL, _HASH_POOL_LOCK = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_hash_pool)
 
 
 # AsyncAppend._end doubles as its state: these negative values until it is released.
@@ -279,11 +261,6 @@ class AsyncAppendMany:
         return results
 
 
-def _name_and_sums(data: bytes | bytearray | memoryview) -> tuple[str, BlockSums]:
-    """A raw fragment's content sum (its name) and block CRC-32Cs (its claim)."""
-    return content_sum(data), block_sums(data)
-
-
 def _offsets(records: list[Any] | tuple[Any, ...], joined: bytes) -> list[int]:
     """Byte offsets of the records in their concatenation `joined` (len(records) + 1)."""
     try:
@@ -324,9 +301,7 @@ class Appender:
         self.journal = index.journal
         self._length = fragment_spec.length
         self._interval = fragment_spec.flush_interval
-        self._codec: Codec = fragment_spec.codec
         self._limit = max(2 * self._length, _MIN_PENDING_LIMIT)
-        self._retry_timeout = retry_timeout
 
         self._write_lock = threading.Lock()  # held by an AsyncAppend from start to release
         self._state = threading.Condition(threading.Lock())  # guards everything below
@@ -339,13 +314,21 @@ class Appender:
         self._room = min(self._length, self._limit)
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.fragments_written = 0
-        self.races_lost = 0
-        if store.can_stage:
-            try:
-                store.prepare_local(self.journal)
-            except OSError:  # the writer makes them when it writes (and reports failures)
-                pass
+        self._persister = Persister(store, index, fragment_spec.codec, retry_timeout)
+        try:
+            store.prepare_journal(self.journal)
+        except OSError:  # the writer makes them when it writes (and reports failures)
+            pass
+
+    @property
+    def fragments_written(self) -> int:
+        """Fragments this appender has written and claimed."""
+        return self._persister.fragments_written
+
+    @property
+    def races_lost(self) -> int:
+        """Claims this appender lost to another writer (each then retried at the new head)."""
+        return self._persister.races_lost
 
     # -- the AsyncAppend side ----------------------------------------------------------------
 
@@ -617,126 +600,6 @@ class Appender:
             b.event.set()
 
     def _write(self, batch: _Batch) -> None:
-        data = batch.buf
-        size = len(data)
-        if size == 0:
-            batch.base = self._retry(self.index.ensure_loaded, "load the index")
-            batch.event.set()
-            return
-        staged: StagedFile | None = None
-        # Raw fragments get per-block CRC-32C sums in their claim, so that reads entering
-        # them in the middle are verified; computed once per batch (about 1/7 of the SHA1's
-        # cost, and letting go of the GIL like it), not per claim attempt.
-        blocks: BlockSums | None = None
-        stored_crc: int | None = None  # compressed fragments: CRC-32C of the stored object
-        if self._codec is Codec.NONE and self.store.can_stage:
-            # Local disk: write and fsync the bytes under a temporary name while another
-            # thread computes the SHA1 that names them and the block sums (all let go of
-            # the GIL), so the writer's part is the write alone. Small batches are hashed
-            # here: handing them to a thread costs more than it saves.
-            hashing = _hash_pool().submit(_name_and_sums, data) if size >= _OVERLAP_MIN else None
-            try:
-                staged = self._retry(
-                    lambda: self.store.stage_fragment(self.journal, data),
-                    f"write {size} bytes of journal {self.journal!r}",
-                )
-            finally:
-                # Never leave the hash reading `data` behind.
-                digest, blocks = hashing.result() if hashing is not None else _name_and_sums(data)
-            stored: bytes | bytearray | memoryview = data
-        elif self._codec is Codec.NONE:
-            # Big batches: the block sums in another thread while the SHA1 is computed here.
-            summing = _hash_pool().submit(block_sums, data) if size >= _OVERLAP_MIN else None
-            try:
-                digest = content_sum(data)
-                if summing is None:
-                    blocks = block_sums(data)
-            finally:
-                if summing is not None:  # never leave the thread reading `data` behind
-                    blocks = summing.result()
-            stored = data
-        else:
-            digest = content_sum(data)
-            stored = encode(self._codec, data)
-            # Readers check this before decompressing instead of the content's SHA1.
-            stored_crc = crc32c.crc32c(stored)
-        try:
-            self._retry(self.index.ensure_loaded, "load the index")
-        except BaseException:
-            if staged is not None:
-                self.store.discard_staged(staged)
-            raise
-        deadline = time.monotonic() + self._retry_timeout
-        while True:
-            if time.monotonic() > deadline:
-                if staged is not None:
-                    self.store.discard_staged(staged)
-                raise AppendFailed(
-                    f"journal {self.journal!r}: could not claim an offset for {size} bytes "
-                    f"within {self._retry_timeout} s ({self.races_lost} races lost so far, "
-                    f"head now {self.index.head}); the append was not made"
-                )
-            begin = self.index.head
-            fragment = Fragment(self.journal, begin, begin + size, digest, self._codec)
-            # The first attempt renames the staged file to the content name; should that fail
-            # (the staged file is removed then), later attempts and renames after a lost race
-            # write the bytes afresh.
-            pending = [staged] if staged is not None else []
-            staged = None
-
-            def store_fragment() -> None:
-                self.store.write_fragment(fragment, pending.pop() if pending else stored)
-
-            self._retry(store_fragment, f"write {fragment}")
-            claim = Claim(
-                begin,
-                fragment.content_name,
-                uuid.uuid4().hex,
-                self.index.incarnation,
-                blocks,
-                stored_crc,
-            )
-            if self._retry(lambda: self._try_claim(claim), f"claim offset {begin}", True):
-                self.index.add(claim, fragment)
-                self.fragments_written += 1
-                batch.base = begin
-                batch.event.set()
-                return
-            self.races_lost += 1
-            # Another writer claimed `begin` first: learn the new head, rename and retry.
-            self._retry(self.index.refresh, "refresh the index")
-            winner = self.index.claim(begin)
-            if winner is None or winner.fragment != fragment.content_name:
-                try:
-                    self.store.delete_fragments([fragment])
-                except Exception:  # noqa: BLE001 - an unclaimed object is harmless; gc removes it
-                    pass
-
-    def _try_claim(self, claim: Claim) -> bool:
-        """Create the claim; after a 'lost' answer, check whether an earlier attempt of ours
-        (whose reply was lost) made it: the claim then carries our writer token."""
-        if self.store.create_claim(self.journal, claim):
-            return True
-        existing = self.store.read_claim(self.journal, claim.begin)
-        if existing is not None and existing.writer == claim.writer:
-            return True
-        if existing is not None:
-            self.index.add(existing, existing.parse_fragment(self.journal))
-        return False
-
-    def _retry(self, op: Callable[[], Any], what: str, ambiguous: bool = False) -> Any:
-        """Run a storage call, retrying transient failures with backoff until retry_timeout.
-        `ambiguous`: a failed attempt may have taken effect (a claim whose reply was lost)."""
-
-        def give_up(exc: Exception) -> NoReturn:
-            outcome = (
-                "the append's outcome is unknown (the claim may exist)"
-                if ambiguous
-                else "the append was not made"
-            )
-            raise AppendFailed(
-                f"journal {self.journal!r}: could not {what} within "
-                f"{self._retry_timeout} s; {outcome}: {exc!r}"
-            ) from exc
-
-        return retry(op, self._retry_timeout, give_up)
+        """Persist a sealed batch (writer thread, holding no lock) and wake its waiters."""
+        batch.base = self._persister.persist(batch.buf)
+        batch.event.set()

@@ -264,13 +264,7 @@ class JournalClient:
             raise StoreNotFound(f"{reason}: {self._missing_hint()}")
 
     def _missing_hint(self) -> str:
-        if self.store.backend.kind == "local":
-            return (
-                "check the path; a new store is made by creating a journal in it "
-                "(`oncelog journals create`, JournalClient.create) or by "
-                "open_journals(url, create=True)"
-            )
-        return "check the URL; oncelog does not create buckets"
+        return self.store.backend.missing_hint()
 
     def _not_found(self, message: str) -> JournalNotFound:
         """JournalNotFound with `message`, or StoreNotFound if the whole store is missing."""
@@ -863,16 +857,11 @@ def open_journals(
     client = JournalClient(
         fs, root, retry_timeout=retry_timeout, read_ahead=read_ahead, poll_interval=poll_interval
     )
-    if client.store.backend.kind == "local":
-        local_root = client.store.backend.root
-        if os.path.lexists(local_root) and not os.path.isdir(local_root):
-            client.close()
-            raise StoreNotFound(
-                f"the store {local_root!r} is not a directory (a regular file?): a local "
-                "store is a directory"
-            )
-        if create:
-            os.makedirs(local_root, exist_ok=True)
+    try:
+        client.store.backend.prepare_root(create)
+    except BaseException:
+        client.close()
+        raise
     return client
 
 

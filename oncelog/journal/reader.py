@@ -274,7 +274,7 @@ class JournalReader(io.RawIOBase):
         local = self._local
         if local is None or local.fragment != fragment:
             self._close_local()
-            local = self._local = self._store.open_local(fragment, blocks)
+            local = self._local = self._store.open_pieces(fragment, blocks)
         self._flip ^= 1
         buffer = self._buffers[self._flip]
         if len(buffer) < hi - lo:  # a new buffer: views of the old one may still be alive

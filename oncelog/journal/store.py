@@ -22,7 +22,7 @@ from fsspec import AbstractFileSystem
 
 from oncelog.journal._blocks import BlockSums, block_range, verify_content, verify_range
 from oncelog.journal._retry import is_transient, retry
-from oncelog.journal.backends import Backend, LocalBackend, ObjectInfo, StagedFile, backend_for
+from oncelog.journal.backends import Backend, ObjectInfo, StagedFile, Staging, backend_for
 from oncelog.journal.errors import (
     FragmentChecksumError,
     InvalidFragmentName,
@@ -48,10 +48,6 @@ T = TypeVar("T")
 META_DIR = ".oncelog"
 
 _CRC_RE = re.compile(r"[0-9a-f]{8}")
-
-LOCAL_READ_PIECE = 1 << 20
-"""Bytes per read of a raw fragment with block sums on local disk (see FragmentStore.read_piece)."""
-
 
 class CorruptClaim(JournalError):
     """A claim object cannot be parsed or names a fragment at another offset."""
@@ -299,55 +295,66 @@ class FragmentStore:
     ) -> None:
         """Store a fragment object under its content name (idempotent: same name, same bytes);
         `stored` may be bytes staged by `stage_fragment` (renamed, not copied)."""
-        if isinstance(stored, StagedFile):  # local disk only: a rename
-            cast(LocalBackend, self.backend).write(self.fragment_path(fragment), stored)
+        if isinstance(stored, StagedFile):
+            self._staging().write_staged(self.fragment_path(fragment), stored)
         else:
             self.backend.write(self.fragment_path(fragment), stored)
 
+    def move_fragment(self, old: Fragment, new: Fragment) -> None:
+        """Give a stored fragment the name of the same bytes at other offsets (`new` has
+        `old`'s content sum and length): a rename on local disk, a server-side copy and a
+        delete on object stores; the bytes are not sent again."""
+        if (new.sum, new.content_length, new.codec) != (old.sum, old.content_length, old.codec):
+            raise ValueError(f"move_fragment: {new} does not hold the bytes of {old}")
+        self.backend.move(self.fragment_path(old), self.fragment_path(new))
+
     @property
     def can_stage(self) -> bool:
-        """Whether fragment bytes can be stored before their name is known (local disk), so
-        the SHA1 that names them can be computed while they are being written."""
-        return self.backend.kind == "local"
+        """Whether fragment bytes can be stored before their name is known (the backend's
+        `staging` capability), so the SHA1 that names them is computed while they are written."""
+        return self.backend.staging is not None
+
+    def _staging(self) -> Staging:
+        staging = self.backend.staging
+        if staging is None:
+            raise JournalError(f"the {self.backend.kind} store cannot stage fragments")
+        return staging
 
     @property
     def read_piece(self) -> int | None:
         """How many bytes a reader fetches at a time from a raw fragment whose claim records
-        block sums (rounded to whole blocks), or None to fetch whole fragments.
-
-        Local disk: LOCAL_READ_PIECE, read into one reused buffer (LocalFragmentFile), so
-        that it stays in the CPU's cache between the read, the CRC-32C and the copy out
-        (measured on a 2-core VM with 2 MiB of L2 per core: a fresh 64 MiB buffer filled
-        from the page cache runs at ~1.7 GB/s for its page faults alone; 1 MiB pieces read
-        and CRC-checked ran ~10-20% faster than 2 MiB ones, 4-8 MiB slower again). Object
-        stores: whole fragments, which s3fs fetches by concurrent ranged GETs."""
-        return LOCAL_READ_PIECE if self.backend.kind == "local" else None
+        block sums (rounded to whole blocks), read into one reused buffer (`open_pieces`),
+        or None to fetch whole fragments (object stores, which s3fs fetches by concurrent
+        ranged GETs). The backend's `piece_reads` capability decides."""
+        pieces = self.backend.piece_reads
+        return None if pieces is None else pieces.read_piece
 
     def stage_fragment(self, journal: str, stored: bytes | bytearray | memoryview) -> StagedFile:
-        """Durably store fragment bytes of `journal` under a temporary name (local disk only);
+        """Durably store fragment bytes of `journal` under a temporary name (needs `can_stage`);
         `write_fragment(fragment, staged)` then names them, `discard_staged` drops them."""
-        return cast(LocalBackend, self.backend).stage(self.journal_dir(journal), stored)
+        return self._staging().stage(self.journal_dir(journal), stored)
 
-    def prepare_local(self, journal: str) -> None:
+    def prepare_journal(self, journal: str) -> None:
         """Create the directories a first append to `journal` writes into (its fragments and
-        its claims), durably, on local disk; nothing elsewhere. The writer creates them too
-        when missing: this lets the appending thread do it up front, where it costs a few
-        system calls, instead of the writer thread, which has to win the GIL back from the
-        appending thread after each of them (up to 5 ms apiece)."""
-        if self.backend.kind == "local":
-            local = cast(LocalBackend, self.backend)
-            local.ensure_dirs([self.journal_dir(journal), self.claims_dir(journal)])
+        its claims), durably, where directories are real (local disk; nothing on object
+        stores). The writer creates them too when missing: this lets the appending thread do
+        it up front, where it costs a few system calls, instead of the writer thread, which
+        has to win the GIL back from the appending thread after each of them (up to 5 ms
+        apiece)."""
+        self.backend.ensure_dirs([self.journal_dir(journal), self.claims_dir(journal)])
 
     def discard_staged(self, staged: StagedFile) -> None:
-        cast(LocalBackend, self.backend).discard(staged)
+        self._staging().discard(staged)
 
-    def open_local(self, fragment: Fragment, blocks: BlockSums) -> LocalFragmentFile:
-        """Open a raw fragment on local disk for reads of whole blocks into a buffer the
-        caller reuses (see LocalFragmentFile); raises MissingFragment if it is absent and
+    def open_pieces(self, fragment: Fragment, blocks: BlockSums) -> LocalFragmentFile:
+        """Open a raw fragment for reads of whole blocks into a buffer the caller reuses (see
+        LocalFragmentFile; needs `read_piece`); raises MissingFragment if it is absent and
         FragmentChecksumError if its size is not the fragment's length."""
-        path = self.fragment_path(fragment)
+        pieces = self.backend.piece_reads
+        if pieces is None:
+            raise JournalError(f"the {self.backend.kind} store has no piecewise reads")
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = pieces.open_fd(self.fragment_path(fragment))
         except FileNotFoundError:
             raise self._missing(fragment) from None
         try:

@@ -13,7 +13,14 @@ Any other fsspec filesystem is readable but cannot create-if-absent, so appends 
 
 from fsspec import AbstractFileSystem
 
-from oncelog.journal.backends._base import MIN_S3FS_VERSION, Backend, ObjectInfo, StagedFile
+from oncelog.journal.backends._base import (
+    MIN_S3FS_VERSION,
+    Backend,
+    ObjectInfo,
+    PieceReads,
+    StagedFile,
+    Staging,
+)
 from oncelog.journal.backends.generic import GenericBackend
 from oncelog.journal.backends.local import LocalBackend
 from oncelog.journal.backends.memory import MemoryBackend
@@ -23,6 +30,8 @@ __all__ = [
     "ObjectInfo",
     "StagedFile",
     "Backend",
+    "Staging",
+    "PieceReads",
     "LocalBackend",
     "MemoryBackend",
     "S3Backend",

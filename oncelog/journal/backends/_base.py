@@ -30,8 +30,31 @@ class StagedFile:
     path: str
 
 
+class Staging(Protocol):
+    """A backend capability: store a fragment's bytes durably before their name (which is
+    their SHA1) is known, so the hash runs while they are written; then name them."""
+
+    def stage(self, directory: str, data: bytes | bytearray | memoryview) -> StagedFile: ...
+    def write_staged(self, path: str, staged: StagedFile) -> None: ...
+    def discard(self, staged: StagedFile) -> None: ...
+
+
+class PieceReads(Protocol):
+    """A backend capability: read a fragment a piece at a time through a file descriptor
+    into a buffer the reader reuses (see FragmentStore.open_pieces)."""
+
+    @property
+    def read_piece(self) -> int: ...
+
+    def open_fd(self, path: str) -> int: ...
+
+
 class Backend(Protocol):
-    """The storage calls oncelog makes. Paths are absolute in the backend's own form."""
+    """The storage calls oncelog makes. Paths are absolute in the backend's own form.
+
+    Optional capabilities are properties returning an object or None (`staging`,
+    `piece_reads`), never type or name checks by the caller.
+    """
 
     kind: str
     fs: AbstractFileSystem
@@ -59,6 +82,23 @@ class Backend(Protocol):
     def list_temp(self, path: str) -> list[ObjectInfo]: ...
 
     def prune_dirs(self, path: str) -> None: ...
+
+    def ensure_dirs(self, paths: Sequence[str]) -> None: ...
+
+    def move(self, src: str, dst: str) -> None: ...
+
+    @property
+    def staging(self) -> Staging | None: ...
+
+    @property
+    def piece_reads(self) -> PieceReads | None: ...
+
+    @property
+    def creates_root(self) -> bool: ...
+
+    def prepare_root(self, create: bool) -> None: ...
+
+    def missing_hint(self) -> str: ...
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -101,6 +141,34 @@ class _Base:
     def prune_dirs(self, path: str) -> None:
         """Remove `path` and its parents while empty: nothing to do where directories are
         not real (object stores); local disk removes them."""
+
+    def ensure_dirs(self, paths: Sequence[str]) -> None:
+        """Make sure the directories exist, durably: nothing to do where directories are
+        not real (object stores); local disk creates and fsyncs them."""
+
+    @property
+    def staging(self) -> Staging | None:
+        """Staged writes (local disk), or None: the bytes are written once their name is known."""
+        return None
+
+    @property
+    def piece_reads(self) -> PieceReads | None:
+        """Piecewise reads into a reused buffer (local disk), or None: whole-fragment reads."""
+        return None
+
+    @property
+    def creates_root(self) -> bool:
+        """Whether the store's root is made by its first journal (a local directory); an
+        object store's bucket is never created by oncelog."""
+        return False
+
+    def prepare_root(self, create: bool) -> None:
+        """Check the root can be a store, and make it if `create` and `creates_root`
+        (raises StoreNotFound naming it otherwise); nothing to check for object stores."""
+
+    def missing_hint(self) -> str:
+        """What to tell a user whose store root is missing."""
+        return "check the URL; oncelog does not create buckets"
 
     def _no_create_reason(self) -> str:
         return (

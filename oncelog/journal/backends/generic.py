@@ -84,6 +84,18 @@ class GenericBackend(_Base):
         out.sort(key=lambda o: o.name)
         return out
 
+    def move(self, src: str, dst: str) -> None:
+        """Give the object at `src` the name `dst` (replacing an object of the same content
+        there) without sending its bytes again where the store can: a server-side copy,
+        then the delete of `src`. A crash in between leaves both; `src` is then an unclaimed
+        fragment that gc removes. Idempotent: a retry after a lost reply finds `dst` stored."""
+        try:
+            self.fs.copy(src, dst)
+        except FileNotFoundError:  # moved by an attempt whose reply was lost?
+            if not self.exists(dst):
+                raise
+        self.delete([src])
+
     def delete(self, paths: Iterable[str]) -> None:
         for p in paths:
             try:

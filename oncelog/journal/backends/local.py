@@ -9,7 +9,11 @@ from typing import Iterable, Sequence
 
 from fsspec import AbstractFileSystem
 
-from oncelog.journal.backends._base import ObjectInfo, StagedFile, _Base
+from oncelog.journal.backends._base import ObjectInfo, PieceReads, StagedFile, Staging, _Base
+from oncelog.journal.errors import StoreNotFound
+
+READ_PIECE = 1 << 20
+"""Bytes per read of a raw fragment with block sums (see LocalBackend.read_piece)."""
 
 
 class LocalBackend(_Base):
@@ -24,6 +28,49 @@ class LocalBackend(_Base):
 
     def join(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
+
+    # -- capabilities ------------------------------------------------------------------------
+
+    @property
+    def staging(self) -> Staging:
+        return self
+
+    @property
+    def piece_reads(self) -> PieceReads:
+        return self
+
+    @property
+    def creates_root(self) -> bool:
+        return True
+
+    @property
+    def read_piece(self) -> int:
+        """READ_PIECE: pieces read into one reused buffer (LocalFragmentFile) stay in the
+        CPU's cache between the read, the CRC-32C and the copy out (measured on a 2-core VM
+        with 2 MiB of L2 per core: a fresh 64 MiB buffer filled from the page cache runs at
+        ~1.7 GB/s for its page faults alone; 1 MiB pieces ran ~10-20% faster than 2 MiB
+        ones, 4-8 MiB slower again)."""
+        return READ_PIECE
+
+    def open_fd(self, path: str) -> int:
+        """A read-only descriptor of `path` (FileNotFoundError if absent); the caller closes it."""
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def prepare_root(self, create: bool) -> None:
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):
+            raise StoreNotFound(
+                f"the store {self.root!r} is not a directory (a regular file?): a local "
+                "store is a directory"
+            )
+        if create:
+            os.makedirs(self.root, exist_ok=True)
+
+    def missing_hint(self) -> str:
+        return (
+            "check the path; a new store is made by creating a journal in it "
+            "(`oncelog journals create`, JournalClient.create) or by "
+            "open_journals(url, create=True)"
+        )
 
     def missing_store(self) -> str | None:
         if os.path.isdir(self.root):
@@ -99,18 +146,34 @@ class LocalBackend(_Base):
         os.close(fd)
         return tmp
 
-    def write(self, path: str, data: bytes | bytearray | memoryview | StagedFile) -> None:
+    def write(self, path: str, data: bytes | bytearray | memoryview) -> None:
         """Durably store `data` at `path`: a temporary file written and fsync'd, renamed, the
-        directory fsync'd. `data` may be a file `stage`d in the same directory earlier: it is
-        renamed (and removed if the rename fails)."""
-        directory = os.path.dirname(path)
-        tmp = data.path if isinstance(data, StagedFile) else self._write_temp(directory, data)
+        directory fsync'd."""
+        self._rename_durably(self._write_temp(os.path.dirname(path), data), path)
+
+    def write_staged(self, path: str, staged: StagedFile) -> None:
+        """Name a file `stage`d in the same directory earlier (removed if the rename fails)."""
+        self._rename_durably(staged.path, path)
+
+    def _rename_durably(self, tmp: str, path: str) -> None:
         try:
             os.replace(tmp, path)
         except BaseException:
             _unlink_quietly(tmp)
             raise
-        _fsync_dir(directory)
+        _fsync_dir(os.path.dirname(path))
+
+    def move(self, src: str, dst: str) -> None:
+        """A rename within the store (both names in one directory for fragments), durable
+        once the directories are fsync'd; no byte is written again."""
+        try:
+            os.replace(src, dst)
+        except FileNotFoundError:
+            if not os.path.exists(dst):
+                raise
+        _fsync_dir(os.path.dirname(dst))
+        if os.path.dirname(src) != os.path.dirname(dst):
+            _fsync_dir(os.path.dirname(src))
 
     def stage(self, directory: str, data: bytes | bytearray | memoryview) -> StagedFile:
         """The first half of `write`, for bytes whose final name is not known yet: store them

@@ -30,6 +30,14 @@ class MemoryBackend(GenericBackend):
             self.fs.pipe_file(path, bytes(data))
             return True
 
+    def move(self, src: str, dst: str) -> None:
+        with _MEMORY_LOCK:
+            if self.fs.exists(src):
+                self.fs.pipe_file(dst, self.fs.cat_file(src))
+                self.fs.rm_file(src)
+            elif not self.fs.exists(dst):
+                raise FileNotFoundError(src)
+
     def delete(self, paths: Iterable[str]) -> None:
         with _MEMORY_LOCK:
             super().delete(paths)
