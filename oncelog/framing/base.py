@@ -366,9 +366,12 @@ def decode_batches(
     """
     pending = bytearray()
     base = offset
+    # While a frame longer than the chunks is incomplete, decoding waits until the pending
+    # bytes have doubled, so a long frame costs O(its length) to find, not O(length^2/chunk).
+    wait_for = 0
 
     def drain(final: bool) -> Iterator[list[Envelope]]:
-        nonlocal base
+        nonlocal base, wait_for
         while True:
             try:
                 result = framing.decode(
@@ -386,6 +389,7 @@ def decode_batches(
                 continue
             del pending[: result.consumed]
             base = result.next_offset
+            wait_for = 2 * len(pending) if result.consumed == 0 else 0
             if result.envelopes:
                 yield result.envelopes
             return
@@ -393,7 +397,8 @@ def decode_batches(
     for chunk in chunks:
         if chunk:
             pending += chunk
-            yield from drain(False)
+            if len(pending) >= wait_for:
+                yield from drain(False)
     yield from drain(True)
 
 
