@@ -28,6 +28,7 @@ from oncelog.message import (
     FLAGS_MASK,
     SEQ_COUNTER_MASK,
     Envelope,
+    JSONLine,
     JSONMessage,
     build_uuid,
     parse_uuid_fields,
@@ -62,7 +63,7 @@ class Speedups:
     sequencing kernel type (`oncelog.sequencer.Sequencer` makes one per instance).
     """
 
-    __slots__ = ("Kernel", "decode_json_lines", "decoder", "module", "uuid_ids")
+    __slots__ = ("Kernel", "decode_json_lazy", "decode_json_lines", "decoder", "module", "uuid_ids")
 
     def __init__(self, module: ModuleType, decoder: Decoder) -> None:
         self.module = module
@@ -72,6 +73,11 @@ class Speedups:
             [bytes, int, str, str, int], tuple[list[Envelope], int]
         ] = decoder.decode_json_lines
         """Envelopes of the complete lines of data[:limit], and where decoding stopped."""
+        self.decode_json_lazy: Callable[
+            [bytes, int, str, str, int, int], tuple[list[Envelope], int]
+        ] = decoder.decode_json_lazy
+        """Envelopes of unparsed JSONLines for data[start:limit], up to the first line that
+        does not start with its UUID field (or repeats its key), and where that line begins."""
         self.uuid_ids: Callable[[object], tuple[bytes, int, Any] | None] = decoder.uuid_ids
         """(producer, clock, flags) of a canonical UUID string; None if it is not one."""
 
@@ -84,7 +90,9 @@ def _load() -> Speedups | None:
     except ImportError:
         return None
     _check_layout(_speedups)
-    decoder = _speedups.Decoder(Envelope, JSONMessage, orjson.loads, _FLAG_VALUES, _NIL_FIELDS)
+    decoder = _speedups.Decoder(
+        Envelope, JSONMessage, orjson.loads, _FLAG_VALUES, _NIL_FIELDS, JSONLine
+    )
     _check_uuids(decoder)
     return Speedups(_speedups, decoder)
 

@@ -1449,14 +1449,15 @@ static PyType_Spec seqiter_spec = {
 #define PRODUCER_CACHE 1024
 enum { E_JOURNAL, E_BEGIN, E_END, E_MESSAGE, E_IDS, E_N };
 enum { M_DOC, M_UUID_FIELD, M_N };
+enum { L_LINE, L_UUID_FIELD, L_JOURNAL, L_BEGIN, L_N };
 
 typedef struct {
     PyObject_HEAD
-    PyTypeObject *env_type, *msg_type;
-    newfunc env_new, msg_new;       /* NULL: object's (allocation alone) */
-    allocfunc env_alloc, msg_alloc;
-    PyObject *env_names[E_N], *msg_names[M_N];
-    AttrCache env_attrs, msg_attrs;
+    PyTypeObject *env_type, *msg_type, *line_type; /* line_type: NULL if not given */
+    newfunc env_new, msg_new, line_new;            /* NULL: object's (allocation alone) */
+    allocfunc env_alloc, msg_alloc, line_alloc;
+    PyObject *env_names[E_N], *msg_names[M_N], *line_names[L_N];
+    AttrCache env_attrs, msg_attrs, line_attrs;
     PyObject *loads, *flag_values, *nil_fields, *no_args;
     /* Producer IDs: one shared bytes object per node value (a small direct-mapped cache). */
     unsigned long long cache_node[PRODUCER_CACHE];
@@ -1469,10 +1470,12 @@ decoder_traverse(DecoderObj *d, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(d));
     Py_VISIT(d->env_type);
     Py_VISIT(d->msg_type);
+    Py_VISIT(d->line_type);
     Py_VISIT(d->loads);
     Py_VISIT(d->flag_values);
     Py_VISIT(d->nil_fields);
     int r = cache_traverse(&d->env_attrs, visit, arg);
+    r = r != 0 ? r : cache_traverse(&d->line_attrs, visit, arg);
     return r != 0 ? r : cache_traverse(&d->msg_attrs, visit, arg);
 }
 
@@ -1481,6 +1484,7 @@ decoder_clear(DecoderObj *d)
 {
     Py_CLEAR(d->env_type);
     Py_CLEAR(d->msg_type);
+    Py_CLEAR(d->line_type);
     Py_CLEAR(d->loads);
     Py_CLEAR(d->flag_values);
     Py_CLEAR(d->nil_fields);
@@ -1489,8 +1493,11 @@ decoder_clear(DecoderObj *d)
         Py_CLEAR(d->env_names[i]);
     for (int i = 0; i < M_N; i++)
         Py_CLEAR(d->msg_names[i]);
+    for (int i = 0; i < L_N; i++)
+        Py_CLEAR(d->line_names[i]);
     cache_clear(&d->env_attrs);
     cache_clear(&d->msg_attrs);
+    cache_clear(&d->line_attrs);
     for (int i = 0; i < PRODUCER_CACHE; i++)
         Py_CLEAR(d->cache_bytes[i]);
     return 0;
@@ -1547,13 +1554,14 @@ decoder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static const char *const env_names[E_N] = {"journal", "begin", "end", "message", "_ids"};
     static const char *const msg_names[M_N] = {"doc", "uuid_field"};
-    PyObject *envelope, *message, *loads, *flags, *nil;
+    static const char *const line_names[L_N] = {"line", "uuid_field", "journal", "begin"};
+    PyObject *envelope, *message, *loads, *flags, *nil, *line = Py_None;
     if (kwds != NULL && PyDict_GET_SIZE(kwds) != 0) {
         PyErr_SetString(PyExc_TypeError, "Decoder() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OOOO!O!:Decoder", &envelope, &message, &loads, &PyTuple_Type,
-                          &flags, &PyTuple_Type, &nil))
+    if (!PyArg_ParseTuple(args, "OOOO!O!|O:Decoder", &envelope, &message, &loads, &PyTuple_Type,
+                          &flags, &PyTuple_Type, &nil, &line))
         return NULL;
     if (PyTuple_GET_SIZE(flags) != FLAGS_MASK + 1) {
         PyErr_Format(PyExc_ValueError, "Decoder() needs the %d flag values", FLAGS_MASK + 1);
@@ -1566,10 +1574,14 @@ decoder_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                       &d->env_alloc) < 0 ||
         decoder_class(message, msg_names, M_N, d->msg_names, &d->msg_attrs, &d->msg_new,
                       &d->msg_alloc) < 0 ||
+        (line != Py_None && decoder_class(line, line_names, L_N, d->line_names, &d->line_attrs,
+                                          &d->line_new, &d->line_alloc) < 0) ||
         (d->no_args = PyTuple_New(0)) == NULL) {
         Py_DECREF(d);
         return NULL;
     }
+    if (line != Py_None)
+        d->line_type = (PyTypeObject *)Py_NewRef(line);
     d->env_type = (PyTypeObject *)Py_NewRef(envelope);
     d->msg_type = (PyTypeObject *)Py_NewRef(message);
     d->loads = Py_NewRef(loads);
@@ -1614,14 +1626,10 @@ static const unsigned char PAIR_AT[16] = {
     0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34,
 };
 
-/* The 16 bytes of a canonical 36-character UUID string; 0 if it is not one. */
+/* The 16 bytes of the canonical UUID text at s (36 bytes); 0 if it is not one. */
 static int
-uuid_bytes(PyObject *text, unsigned char out[16])
+uuid_text_bytes(const unsigned char *s, unsigned char out[16])
 {
-    if (!PyUnicode_Check(text) || PyUnicode_GET_LENGTH(text) != 36 ||
-        PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
-        return 0;
-    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
     if (s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-')
         return 0;
     unsigned int bad = 0;
@@ -1632,6 +1640,16 @@ uuid_bytes(PyObject *text, unsigned char out[16])
         out[i] = (unsigned char)v;
     }
     return !(bad & 0x100);
+}
+
+/* The 16 bytes of a canonical 36-character UUID string; 0 if it is not one. */
+static int
+uuid_bytes(PyObject *text, unsigned char out[16])
+{
+    if (!PyUnicode_Check(text) || PyUnicode_GET_LENGTH(text) != 36 ||
+        PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
+        return 0;
+    return uuid_text_bytes(PyUnicode_1BYTE_DATA(text), out);
 }
 
 static PyObject *
@@ -1651,6 +1669,8 @@ producer_bytes(DecoderObj *d, const unsigned char *node)
     return b;
 }
 
+static PyObject *ids_of_bytes(DecoderObj *d, const unsigned char b[16]);
+
 /* (producer, clock, flags) of a UUID value (a new reference); None when the value is left
  * for lazy parsing; NULL with an error set on failure. */
 static PyObject *
@@ -1662,6 +1682,13 @@ ids_of(DecoderObj *d, PyObject *value)
     unsigned char b[16];
     if (!uuid_bytes(value, b))
         Py_RETURN_NONE;
+    return ids_of_bytes(d, b);
+}
+
+/* (producer, clock, flags) of the 16 bytes of a UUID (a new reference). */
+static PyObject *
+ids_of_bytes(DecoderObj *d, const unsigned char b[16])
+{
     unsigned long long hi = ((unsigned long long)(((b[6] << 8) | b[7]) & TIME_HI_MASK));
     unsigned long long mid = ((unsigned long long)b[4] << 8) | b[5];
     unsigned long long low = ((unsigned long long)b[0] << 24) | ((unsigned long long)b[1] << 16) |
@@ -1809,11 +1836,169 @@ error:
     return NULL;
 }
 
+/* Whether needle (m > 0 bytes) occurs in hay[0:n]. */
+static int
+contains(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m)
+{
+    const char *end = hay + n - m;
+    while (hay <= end) {
+        const char *p = memchr(hay, needle[0], (size_t)(end - hay + 1));
+        if (p == NULL)
+            return 0;
+        if (memcmp(p, needle, (size_t)m) == 0)
+            return 1;
+        hay = p + 1;
+    }
+    return 0;
+}
+
+/* Whether a backslash followed by 'u' (a \u escape, which could spell the UUID key) occurs
+ * in s[0:n]. */
+static int
+has_u_escape(const char *s, Py_ssize_t n)
+{
+    const char *end = s + n;
+    while (s < end) {
+        const char *p = memchr(s, '\\', (size_t)(end - s));
+        if (p == NULL || p + 1 >= end)
+            return 0;
+        if (p[1] == 'u')
+            return 1;
+        s = p + 2; /* the escaped character cannot start another escape */
+    }
+    return 0;
+}
+
+static PyObject *
+decoder_decode_json_lazy(DecoderObj *d, PyObject *args)
+{
+    Py_buffer buf;
+    long long base;
+    PyObject *journal, *uuid_field;
+    Py_ssize_t start, limit;
+    if (!PyArg_ParseTuple(args, "y*LUUnn:decode_json_lazy", &buf, &base, &journal, &uuid_field,
+                          &start, &limit))
+        return NULL;
+    if (d->line_type == NULL) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_TypeError, "decode_json_lazy(): the Decoder has no line class");
+        return NULL;
+    }
+    if (limit < 0 || limit > buf.len)
+        limit = buf.len;
+    if (start < 0)
+        start = 0;
+    Py_ssize_t fn;
+    const char *field = PyUnicode_AsUTF8AndSize(uuid_field, &fn);
+    if (field == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    /* The line must start with {"<field>":" and the UUID's closing quote; the key "<field>"
+     * must not occur again (nor a \u escape that could spell it): a later key of the same
+     * name would override the first when the line is parsed. */
+    Py_ssize_t n = fn + 5; /* {" field ":" */
+    char *key = PyMem_Malloc((size_t)fn + 2);
+    if (key == NULL) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    key[0] = '"';
+    memcpy(key + 1, field, (size_t)fn);
+    key[fn + 1] = '"';
+    const char *data = buf.buf;
+    PyObject *last_end = NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto error;
+    Py_ssize_t pos = start;
+    while (pos < limit) {
+        const char *nl = memchr(data + pos, '\n', (size_t)(limit - pos));
+        if (nl == NULL)
+            break;
+        Py_ssize_t stop = nl - data + 1, len = stop - pos;
+        const char *l = data + pos;
+        unsigned char b[16];
+        /* Last member: ...,"<field>":"<uuid>"}\n. A parser keeps the last of repeated keys,
+         * and the closing brace right after the value makes it a member of the top-level
+         * object (the 36 characters hold no quote or backslash). */
+        Py_ssize_t k = len - 41 - (fn + 2); /* where the key's quote would be */
+        int last = k >= 1 && l[0] == '{' && l[len - 2] == '}' && l[len - 3] == '"' &&
+                   l[len - 40] == '"' && l[len - 41] == ':' &&
+                   (l[k - 1] == ',' || l[k - 1] == '{') &&
+                   memcmp(l + k, key, (size_t)fn + 2) == 0 &&
+                   uuid_text_bytes((const unsigned char *)l + len - 39, b);
+        /* First member: {"<field>":"<uuid>"..., with no later "<field>" key (nor a \u
+         * escape that could spell one), which would override it. */
+        if (!last &&
+            (len < n + 37 || l[0] != '{' || memcmp(l + 1, key, (size_t)fn + 2) != 0 ||
+             l[fn + 3] != ':' || l[fn + 4] != '"' || l[n + 36] != '"' ||
+             !uuid_text_bytes((const unsigned char *)l + n, b) ||
+             contains(l + n + 37, len - n - 37, key, fn + 2) || has_u_escape(l, len)))
+            break; /* left to the caller, which parses it */
+        PyObject *ids = ids_of_bytes(d, b);
+        if (ids == NULL)
+            goto error;
+        PyObject *begin = last_end != NULL ? last_end : PyLong_FromLongLong(base + pos);
+        last_end = NULL;
+        PyObject *end = PyLong_FromLongLong(base + stop);
+        PyObject *text = PyBytes_FromStringAndSize(l, len);
+        PyObject *msg = NULL, *env = NULL;
+        int bad = begin == NULL || end == NULL || text == NULL;
+        if (!bad) {
+            msg = make(d, d->line_type, d->line_new, d->line_alloc);
+            bad = msg == NULL || SET(&d->line_attrs, L_LINE, msg, text) < 0 ||
+                  SET(&d->line_attrs, L_UUID_FIELD, msg, uuid_field) < 0 ||
+                  SET(&d->line_attrs, L_JOURNAL, msg, journal) < 0 ||
+                  SET(&d->line_attrs, L_BEGIN, msg, begin) < 0;
+        }
+        if (!bad) {
+            env = make(d, d->env_type, d->env_new, d->env_alloc);
+            bad = env == NULL || SET(&d->env_attrs, E_JOURNAL, env, journal) < 0 ||
+                  SET(&d->env_attrs, E_BEGIN, env, begin) < 0 ||
+                  SET(&d->env_attrs, E_END, env, end) < 0 ||
+                  SET(&d->env_attrs, E_MESSAGE, env, msg) < 0 ||
+                  SET(&d->env_attrs, E_IDS, env, ids) < 0;
+        }
+        if (!bad)
+            last_end = Py_NewRef(end); /* one int object for a frame's end and the next begin */
+        Py_XDECREF(begin);
+        Py_XDECREF(end);
+        Py_XDECREF(text);
+        Py_XDECREF(msg);
+        Py_DECREF(ids);
+        if (bad) {
+            Py_XDECREF(env);
+            goto error;
+        }
+        int rc = PyList_Append(out, env);
+        Py_DECREF(env);
+        if (rc < 0)
+            goto error;
+        pos = stop;
+    }
+    Py_XDECREF(last_end);
+    PyMem_Free(key);
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(Nn)", out, pos);
+error:
+    Py_XDECREF(last_end);
+    PyMem_Free(key);
+    PyBuffer_Release(&buf);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyMethodDef decoder_methods[] = {
     {"decode_json_lines", (PyCFunction)decoder_decode_json_lines, METH_VARARGS,
      "decode_json_lines(data, base, journal, uuid_field, limit) -> (envelopes, consumed):\n"
      "Envelopes of JSONMessages for the complete lines of data[:limit], stopping before the\n"
      "first line that is not a JSON object; consumed is where decoding stopped."},
+    {"decode_json_lazy", (PyCFunction)decoder_decode_json_lazy, METH_VARARGS,
+     "decode_json_lazy(data, base, journal, uuid_field, start, limit) -> (envelopes, stop):\n"
+     "Envelopes of JSONLines (unparsed) for the complete lines of data[start:limit] whose\n"
+     "UUID field is their last member, or their first with its key not repeated; stop is\n"
+     "where the first other line begins (left to the caller)."},
     {"uuid_ids", (PyCFunction)decoder_uuid_ids, METH_O,
      "uuid_ids(value) -> (producer, clock, flags), or None if value is not a canonical UUID."},
     {NULL, NULL, 0, NULL},

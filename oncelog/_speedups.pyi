@@ -31,12 +31,18 @@ class Decoder:
         loads: Callable[[bytes | bytearray], Any],
         flag_values: tuple[Flags | int, ...],
         nil_fields: _Ids,
+        line: type[Any] | None = None,
         /,
     ) -> Decoder: ...
     def decode_json_lines(
         self, data: bytes, base: int, journal: str, uuid_field: str, limit: int, /
     ) -> tuple[list[Envelope], int]:
         """Envelopes of the complete lines of data[:limit], and where decoding stopped."""
+    def decode_json_lazy(
+        self, data: bytes, base: int, journal: str, uuid_field: str, start: int, limit: int, /
+    ) -> tuple[list[Envelope], int]:
+        """Unparsed JSONLines for data[start:limit] up to the first line that does not start
+        with its UUID field (or repeats its key), and where that line begins."""
     def uuid_ids(self, value: object, /) -> _Ids | None:
         """(producer, clock, flags) of a canonical UUID string; None if it is not one."""
 

@@ -55,6 +55,7 @@ __all__ = [
     "Message",
     "Envelope",
     "JSONMessage",
+    "JSONLine",
     "CSVRecord",
     "ProtoMessage",
 ]
@@ -549,14 +550,147 @@ class JSONMessage:
         return JSONMessage({}, self.uuid_field)
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, JSONMessage)
-            and self.doc == other.doc
-            and self.uuid_field == other.uuid_field
-        )
+        if isinstance(other, JSONMessage):
+            return self.doc == other.doc and self.uuid_field == other.uuid_field
+        return NotImplemented  # a JSONLine compares itself
 
     def __repr__(self) -> str:
         return f"JSONMessage({self.doc!r})"
+
+
+def lazy_uuid_text(line: bytes, prefix: bytes, key: bytes) -> bytes | None:
+    """The UUID text of a JSON line that can be taken without parsing it, or None.
+
+    `key` is the UUID field's name in quotes, `prefix` is `{` + key + `:"`. Two shapes
+    qualify: the field as the line's last member (`...,"uuid":"<36>"}` + newline: a parser
+    keeps the last of repeated keys, and the closing brace right after the value makes it
+    a member of the top-level object), or as its first member with no later occurrence of
+    the key nor any `\\u` escape (either could spell a later, overriding key). The C
+    decoder (`decode_json_lazy`) applies the same rules.
+    """
+    k = len(line) - 41 - len(key)
+    if (
+        k >= 1
+        and line[:1] == b"{"
+        and line[-3:] == b'"}\n'
+        and line[-41:-39] == b':"'
+        and line[k : k + len(key)] == key
+        and line[k - 1 : k] in (b",", b"{")
+    ):
+        return line[-39:-3]
+    n = len(prefix)
+    if (
+        line.startswith(prefix)
+        and line[n + 36 : n + 37] == b'"'
+        and line.count(key) == 1
+        and b"\\u" not in line
+    ):
+        return line[n : n + 36]
+    return None
+
+
+class JSONLine:
+    """A JSON-lines message read lazily: the line as stored, parsed on first use of `doc`.
+
+    Readers make these with `lazy=True` (`read_committed(..., lazy=True)`, consumers,
+    `oncelog read`): a line is looked at only as far as its UUID, when the line starts with
+    it (`{"uuid":"<36 characters>"`, as oncelog writes it), so a message that is never
+    used, or only forwarded as bytes, is never parsed. Any other line is parsed at once, as
+    eager reading would. `line` holds the frame's bytes, newline included; `journal` and
+    `begin` say where it was read, for errors. A line whose document turns out malformed
+    raises MalformedFrame from `doc`, naming the journal and offsets.
+    """
+
+    __slots__ = ("line", "uuid_field", "journal", "begin", "_doc")
+    _doc: dict[str, Any]
+
+    def __init__(
+        self,
+        line: bytes,
+        uuid_field: str = "uuid",
+        journal: str = "",
+        begin: int = 0,
+        doc: dict[str, Any] | None = None,
+    ) -> None:
+        self.line = line
+        self.uuid_field = uuid_field
+        self.journal = journal
+        self.begin = begin
+        if doc is not None:
+            self._doc = doc  # unset until parsed (the C decoder leaves it unset too)
+
+    @property
+    def parsed(self) -> bool:
+        """Whether `doc` has been parsed already."""
+        return hasattr(self, "_doc")
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        """The document, parsed from `line` on first use and kept."""
+        try:
+            return self._doc
+        except AttributeError:
+            doc = self._doc = self._parse()
+            return doc
+
+    def _parse(self) -> dict[str, Any]:
+        import orjson
+
+        try:
+            doc = orjson.loads(self.line)
+        except orjson.JSONDecodeError as exc:
+            reason = f"malformed JSON frame: {exc}"
+        else:
+            if isinstance(doc, dict):
+                return doc
+            reason = f"a JSON frame must be an object, not {type(doc).__name__}"
+        from oncelog.framing.base import MalformedFrame, snippet
+
+        raise MalformedFrame(
+            f"{reason}: {snippet(self.line)}",
+            what="malformed JSON frame",
+            journal=self.journal,
+            begin=self.begin,
+            end=self.begin + len(self.line),
+            data=self.line,
+        )
+
+    def uuid_text(self) -> str | None:
+        """The UUID string read out of the line without parsing it, where the line's shape
+        allows (see `lazy_uuid_text`); None otherwise."""
+        field = self.uuid_field.encode()
+        text = lazy_uuid_text(self.line, b'{"' + field + b'":"', b'"' + field + b'"')
+        return None if text is None else text.decode("ascii", "replace")
+
+    def get_uuid(self) -> uuid.UUID:
+        if not self.parsed:
+            text = self.uuid_text()
+            if text is not None:
+                return _uuid_from_field(text, f"JSON field {self.uuid_field!r}")
+        return _uuid_from_field(self.doc.get(self.uuid_field), f"JSON field {self.uuid_field!r}")
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        """Set the document's UUID field; `line` then no longer matches the document and is
+        rewritten from it (orjson)."""
+        import orjson
+
+        doc = self.doc
+        doc[self.uuid_field] = str(u)
+        self.line = orjson.dumps(doc) + b"\n"
+
+    def new_acknowledgement(self, journal: str) -> "JSONMessage":
+        return JSONMessage({}, self.uuid_field)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a JSONLine or JSONMessage with an equal document."""
+        if isinstance(other, (JSONLine, JSONMessage)):
+            return self.doc == other.doc and self.uuid_field == other.uuid_field
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"JSONLine({self.line!r})"
 
 
 class CSVRecord:

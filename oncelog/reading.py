@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, 
 
 from oncelog.framing import FrameDecodeError, decode_batches, for_content_type
 from oncelog.framing.base import batch_built, gc_paused
-from oncelog.message import Envelope, clock_from_unix_ns, prime_ids
+from oncelog.framing.jsonlines import JSONFraming
+from oncelog.message import Envelope, JSONLine, clock_from_unix_ns, prime_ids
 from oncelog.sequencer import ProducerState, Sequencer
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ def read_uncommitted(
     on_error: OnError = "raise",
     chunk_size: int | None = DEFAULT_CHUNK,
     on_open: Callable[[Any], None] | None = None,
+    lazy: bool = False,
 ) -> Generator[Envelope, None, None]:
     """Every message of `journal` from `offset` on, committed or not, with its byte range.
 
@@ -141,10 +143,12 @@ def read_uncommitted(
     the JournalReader once opened: closing it from another thread ends a blocked read.
     `chunk_size` fixes the bytes read per decode; by default it adapts to about 128
     frames (16 KiB to 1 MiB), which keeps decoded messages in the CPU's caches.
+    `lazy=True` yields JSON lines as `JSONLine`s, parsed only when their `doc` is used
+    (other framings are unaffected).
     """
     for batch in read_uncommitted_batches(
         client, journal, offset, new_message=new_message, block=block, end=end,
-        on_error=on_error, chunk_size=chunk_size, on_open=on_open, prime=False,
+        on_error=on_error, chunk_size=chunk_size, on_open=on_open, prime=False, lazy=lazy,
     ):
         yield from batch
 
@@ -161,6 +165,7 @@ def read_uncommitted_batches(
     chunk_size: int | None = DEFAULT_CHUNK,
     on_open: Callable[[Any], None] | None = None,
     prime: bool = True,
+    lazy: bool = False,
 ) -> Generator[list[Envelope], None, None]:
     """`read_uncommitted`, a decoded chunk (a list of envelopes) at a time: the fast path
     for code that sequences or processes batches itself. With `prime=True` the batch's
@@ -170,6 +175,8 @@ def read_uncommitted_batches(
     sizer = _ChunkSizer(chunk_size)
     adapt = not sizer.fixed
     framing = for_content_type(client.get(journal).content_type)
+    if lazy:
+        new_message = _lazy_factory(framing, new_message)
     reader = client.read(journal, start, block=block)
     if on_open is not None:
         on_open(reader)
@@ -193,14 +200,25 @@ def read_uncommitted_batches(
         reader.close()
 
 
+def _lazy_factory(
+    framing: Any, new_message: Callable[[Any], Any] | None
+) -> Callable[[Any], Any] | None:
+    """The message factory of a lazy read: JSONLine for JSON lines, else unchanged."""
+    if new_message is not None and new_message is not JSONLine:
+        raise ValueError("lazy=True reads JSONLine messages: it cannot take new_message")
+    return JSONLine if isinstance(framing, JSONFraming) else None
+
+
 def _replayer(
     client: "JournalClient",
     new_message: Callable[[Any], Any] | None,
     on_error: OnError,
+    lazy: bool = False,
 ) -> Callable[[str, int, int], Iterable[Envelope]]:
     def replay(journal: str, begin: int, end: int) -> Iterable[Envelope]:
         return read_uncommitted(
-            client, journal, begin, new_message=new_message, end=end, on_error=on_error
+            client, journal, begin, new_message=new_message, end=end, on_error=on_error,
+            lazy=lazy,
         )
 
     return replay
@@ -218,6 +236,7 @@ def read_committed(
     on_error: OnError = "raise",
     chunk_size: int | None = DEFAULT_CHUNK,
     on_open: Callable[[Any], None] | None = None,
+    lazy: bool = False,
 ) -> Generator[Envelope, None, None]:
     """The committed messages of `journal` from `offset` on, each exactly once, in commit order.
 
@@ -225,7 +244,8 @@ def read_committed(
     start has left the sequencer's ring is replayed from the journal. To resume
     from a checkpoint, pass `sequencer=Sequencer(offsets, states)` and
     `offset=offsets[journal]`. Acknowledgements themselves are not yielded
-    unless `include_acks=True`.
+    unless `include_acks=True`. `lazy=True`: JSON lines come as `JSONLine`s, sequenced
+    from the UUID at the start of each line and parsed only when `doc` is used.
     """
     start = _resolve_offset(journal, offset)
     if sequencer is None:
@@ -234,9 +254,9 @@ def read_committed(
         sequencer = Sequencer(offsets={journal: start})
     batches = read_uncommitted_batches(
         client, journal, start, new_message=new_message, block=block, on_error=on_error,
-        chunk_size=chunk_size, on_open=on_open,
+        chunk_size=chunk_size, on_open=on_open, lazy=lazy,
     )
-    replay = _replayer(client, new_message, on_error)
+    replay = _replayer(client, new_message, on_error, lazy)
     try:
         # One sequencing pass over the whole stream (UUIDs parsed in bulk a batch at a
         # time), dropping acknowledgements inside the sequencer's loop.

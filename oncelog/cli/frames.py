@@ -16,6 +16,7 @@ import orjson
 
 from oncelog.errors import OncelogError
 from oncelog.framing import (
+    CONTENT_TYPE_JSON_LINES,
     CONTENT_TYPE_PROTOBUF_FIXED,
     FrameDecodeError,
     Framing,
@@ -26,6 +27,7 @@ from oncelog.message import (
     CSVRecord,
     Envelope,
     Flags,
+    JSONLine,
     JSONMessage,
     build_uuid,
     clock_to_unix_ns,
@@ -75,10 +77,16 @@ class BadMessage(OncelogError, ValueError):
         super().__init__(f"journal {journal}: bad message at offset {begin}-{end}: {reason}")
 
 
-def new_message_for(content_type: str) -> Callable[[Any], Any] | None:
+def new_message_for(content_type: str, fmt: str = "json") -> Callable[[Any], Any] | None:
     """The message factory the CLI decodes `content_type` with: protobuf payloads are kept
-    as bytes (the CLI has no schema), other framings use their default messages."""
-    return RawPayload if content_type == CONTENT_TYPE_PROTOBUF_FIXED else None
+    as bytes (the CLI has no schema); JSON lines printed as text (`raw`, `table`) are read
+    lazily (JSONLine: the UUID taken from the line, the document never parsed); other
+    framings and formats use their default messages."""
+    if content_type == CONTENT_TYPE_PROTOBUF_FIXED:
+        return RawPayload
+    if content_type == CONTENT_TYPE_JSON_LINES and fmt in ("raw", "table"):
+        return JSONLine
+    return None
 
 
 ErrorHandler = Callable[[Exception], None]
@@ -136,9 +144,13 @@ def framed_envelopes(
             new_message=new_message,
             on_error=skip if on_error is not None else None,
         ):
-            framed = Framed(
-                env.message, bytes(window[env.begin - window_base : env.end - window_base])
+            message = env.message
+            raw = (
+                message.line
+                if type(message) is JSONLine
+                else bytes(window[env.begin - window_base : env.end - window_base])
             )
+            framed = Framed(message, raw)
             consumed = env.end
             out = Envelope(journal, env.begin, env.end, framed)
             try:
@@ -215,7 +227,7 @@ def _time(clock: int) -> str | None:
 
 
 def _body(message: Any) -> Any:
-    if isinstance(message, JSONMessage):
+    if isinstance(message, (JSONMessage, JSONLine)):
         return message.doc
     if isinstance(message, CSVRecord):
         return message.fields

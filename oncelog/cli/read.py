@@ -332,7 +332,7 @@ def _stream(
         name,
         framing,
         start,
-        new_message=new_message_for(content_type),
+        new_message=new_message_for(content_type, plan.fmt),
         block=plan.follow,
         on_error=on_error,
         progress=bar,

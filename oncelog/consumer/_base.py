@@ -50,6 +50,7 @@ class ConsumerBase:
     _batch_handler: Callable[[list[Envelope], Transaction], None] | None
     _finalize: Callable[[Transaction], None] | None
     _new_message: Callable[[Any], Any] | None
+    _lazy: bool
     _on_stage: Callable[[str], None] | None
     _metrics: ConsumerMetrics | None
     _labels: tuple[str, str]

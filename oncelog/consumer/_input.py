@@ -140,6 +140,7 @@ class InputReading(ConsumerBase):
                     if inp.batches is None:
                         inp.batches = read_uncommitted_batches(
                             self.client, inp.journal, inp.offset, new_message=self._new_message,
+                            lazy=self._lazy,
                         )
                     batch, pos = next(inp.batches, None), 0  # type: ignore[arg-type]
                     if batch is None:
@@ -191,7 +192,7 @@ class InputReading(ConsumerBase):
                             if inp.batches is None:
                                 inp.batches = read_uncommitted_batches(
                                     self.client, inp.journal, inp.offset,
-                                    new_message=self._new_message,
+                                    new_message=self._new_message, lazy=self._lazy,
                                 )
                             batch, pos = next(inp.batches, None), 0  # type: ignore[arg-type]
                             if batch is None:
@@ -215,4 +216,6 @@ class InputReading(ConsumerBase):
                 return
 
     def _replay(self, journal: str, begin: int, end: int) -> Iterable[Envelope]:
-        return read_uncommitted(self.client, journal, begin, end=end, new_message=self._new_message)
+        return read_uncommitted(
+            self.client, journal, begin, end=end, new_message=self._new_message, lazy=self._lazy
+        )

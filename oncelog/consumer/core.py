@@ -175,6 +175,9 @@ class Consumer(InputReading, CommitPipeline):
     `txn.state` in each checkpoint; `state=SQLiteState()` gives `txn.kv`, committed as
     deltas and snapshots written before the checkpoint that references them. With
     `split_upstream=True` a transaction may end inside a large upstream transaction.
+    With `lazy=True` JSON-lines inputs arrive as `JSONLine`s, parsed only when a handler
+    uses `env.message.doc` (handlers reading `.doc` work unchanged; forwarding `.line`
+    costs no parse).
     """
 
     def __init__(
@@ -204,6 +207,7 @@ class Consumer(InputReading, CommitPipeline):
         split_upstream: bool = False,
         metrics: ConsumerMetrics | None = None,
         sink: SQLiteSink | None = None,
+        lazy: bool = False,
     ) -> None:
         self.client = client
         self.group = validate_group_name(group)
@@ -236,7 +240,10 @@ class Consumer(InputReading, CommitPipeline):
         self._batch_handler = batch_handler
         self._finalize = finalize
         self._initial_state = initial_state
+        if lazy and new_message is not None:
+            raise ValueError("lazy=True reads JSONLine messages: it cannot take new_message")
         self._new_message = new_message
+        self._lazy = bool(lazy)
         self._on_stage = on_stage
         self._metrics = metrics
         self._labels = ConsumerMetrics.labels(self.group, self.shard)

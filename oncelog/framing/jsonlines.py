@@ -25,7 +25,13 @@ from oncelog.framing.base import (
     map_until_error,
     snippet,
 )
-from oncelog.message import Envelope, JSONMessage
+from oncelog.message import (
+    Envelope,
+    JSONLine,
+    JSONMessage,
+    lazy_uuid_text,
+    parse_uuid_fields,
+)
 
 __all__ = ["JSONFraming", "unpack_line"]
 
@@ -105,6 +111,8 @@ class JSONFraming:
         cut = data.rfind(b"\n") + 1
         partial = len(data) - cut
         factory = new_message or self.new_message
+        if factory is JSONLine:
+            return self._decode_lazy(data, journal, base, final, cut)
         envelopes: list[Envelope] = []
         done = 0
         native = _native.speedups
@@ -135,6 +143,72 @@ class JSONFraming:
             )
         return DecodeResult(envelopes, cut, base + cut)
 
+    def _decode_lazy(
+        self, data: bytes, journal: str, base: int, final: bool, cut: int
+    ) -> DecodeResult:
+        """`decode` into JSONLines (see oncelog.message.JSONLine): lines whose UUID field is
+        their last member (`..., "uuid":"<uuid>"}`: what `publish_many` writes), or their first
+        with no later occurrence of the key nor a `\\u` escape (either could hide a second,
+        overriding key), are not parsed: their UUID is read from the line. Any other line is
+        parsed as eager decoding would, with the same errors."""
+        field = self.uuid_field
+        prefix = b'{"' + field.encode() + b'":"'
+        key = b'"' + field.encode() + b'"'
+        native = _native.speedups
+        lazy_c = native.decode_json_lazy if native is not None else None
+        envelopes: list[Envelope] = []
+        pos = 0
+        with gc_paused():
+            while pos < cut:
+                if lazy_c is not None:
+                    # C: the run of lines it can take unparsed, up to the first it cannot.
+                    run, pos = lazy_c(data, base, journal, field, pos, cut)
+                    envelopes += run
+                    if pos >= cut:
+                        break
+                    stop = data.index(b"\n", pos) + 1
+                else:
+                    stop = cut
+                for line in _split_lines(data[pos:stop]):
+                    begin = base + pos
+                    pos += len(line)
+                    ids = None
+                    text = lazy_uuid_text(line, prefix, key)
+                    if text is not None:
+                        try:
+                            ids = parse_uuid_fields(text.decode("ascii"))
+                        except (ValueError, UnicodeDecodeError):
+                            ids = None
+                    if ids is not None:
+                        msg = JSONLine(line, field, journal, begin)
+                        env = Envelope(journal, begin, pos + base, msg)
+                        env._ids = ids
+                    else:
+                        try:
+                            (eager,) = self._decode_lines(line, journal, begin, None)
+                        except FrameDecodeError as exc:
+                            exc.envelopes[:0] = envelopes
+                            raise
+                        doc = eager.message.doc
+                        msg = JSONLine(line, field, journal, begin, doc)
+                        env = Envelope(journal, begin, pos + base, msg)
+                        env._ids = eager._ids
+                    envelopes.append(env)
+            batch_built(len(envelopes))
+        if final and len(data) > cut:
+            tail = data[cut:]
+            raise TruncatedFrame(
+                f"data ends inside a JSON line of {len(tail)} bytes with no newline: "
+                f"{snippet(tail)}",
+                what="truncated JSON frame",
+                journal=journal,
+                begin=base + cut,
+                end=base + len(data),
+                data=tail,
+                envelopes=envelopes,
+            )
+        return DecodeResult(envelopes, cut, base + cut)
+
     def _decode_lines(
         self,
         data: bytes,
@@ -144,12 +218,7 @@ class JSONFraming:
     ) -> list[Envelope]:
         """Envelopes of the whole lines `data` holds (pure Python); a bad line raises
         MalformedFrame carrying the envelopes before it."""
-        if b"\r" in data:  # splitlines() would also split at a lone \r
-            lines = data.split(b"\n")
-            lines.pop()
-            lines = list(map(add, lines, repeat(b"\n")))
-        else:
-            lines = data.splitlines(keepends=True)  # each line with its \n
+        lines = _split_lines(data)
 
         with gc_paused():
             docs, limit, cause = map_until_error(_loads, lines)
@@ -187,3 +256,12 @@ class JSONFraming:
                 envelopes=envelopes,
             ) from cause
         return envelopes
+
+
+def _split_lines(data: bytes) -> list[bytes]:
+    """The whole lines of `data` (which ends with a newline), each with its newline."""
+    if b"\r" in data:  # splitlines() would also split at a lone \r
+        lines = data.split(b"\n")
+        lines.pop()
+        return list(map(add, lines, repeat(b"\n")))
+    return data.splitlines(keepends=True)

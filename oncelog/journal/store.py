@@ -163,6 +163,12 @@ class RetryingReads:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    @property
+    def staging(self) -> Staging | None:
+        """This wrapper, if the inner backend stages: staged writes then go through it like
+        every other call (and through whatever wraps it, e.g. a test's fault hooks)."""
+        return cast(Staging, self) if self.inner.staging is not None else None
+
     def _retry(self, op: Callable[[], T], what: str) -> T:
         def give_up(exc: Exception) -> NoReturn:
             raise StorageUnavailable(

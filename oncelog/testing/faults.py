@@ -413,6 +413,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 try:
                     reply = proxy._forward(self.command, self.path, self.headers.items(), body)
                 except (OSError, http.client.HTTPException) as exc:
+                    if proxy._stopping.is_set():  # stop() closed the upstream under us
+                        self._log(None)
+                        self._abort(reset=True)
+                        return
                     self._send_s3_error(
                         Fault.error(502, "BadGateway", f"upstream failed: {exc!r}"), split.path
                     )
@@ -862,13 +866,13 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-WRITE_METHODS = ("create", "write", "delete", "stage")
+WRITE_METHODS = ("create", "write", "delete", "stage", "write_staged", "move")
 """The storage calls of a journal client's backend that change the store."""
 
 
 def kill_after_writes(client: Any, n: int) -> Callable[[], int]:
     """Make this process SIGKILL itself right after the `n`-th storage write of `client`
-    (a claim or object created, an object written, staged or deleted) took effect: a
+    (a claim or object created, an object written, staged, renamed or deleted) took effect: a
     crash at an exact step of any protocol, counted across threads. `n` <= 0: never.
 
     For tests of crash recovery that sweep or draw `n` over every write a run makes.
