@@ -57,6 +57,7 @@ from oncelog.journal import JournalClient, JournalSpec, open_journals  # noqa: E
 from oncelog.message import JSONMessage  # noqa: E402
 from oncelog.publisher import Publisher  # noqa: E402
 from oncelog.reading import read_committed  # noqa: E402
+from oncelog.sequencer import Sequencer  # noqa: E402
 
 NDJSON = "application/x-ndjson"
 JOURNAL = "bench/events"
@@ -194,12 +195,14 @@ def oncelog_small(root: str, count: int) -> Cost:
     return cost
 
 
-def oncelog_read_dicts(root: str) -> tuple[Cost, int]:
+def oncelog_read_dicts(root: str, buffer: int | None = None) -> tuple[Cost, int]:
+    """read_committed to dicts: the default (growing) ring, or a fixed ring of `buffer`."""
     cost = Cost()
 
     def read() -> int:
+        seq = None if buffer is None else Sequencer({JOURNAL: 0}, buffer=buffer)
         with open_journals(root) as client:
-            docs = [env.message.doc for env in read_committed(client, JOURNAL)]
+            docs = [env.message.doc for env in read_committed(client, JOURNAL, sequencer=seq)]
         return len(docs)
 
     cost.units = cost.add(read)
@@ -372,6 +375,11 @@ def main(argv: list[str] | None = None) -> None:
                 oncelog_ingest_frames(at("onc-frames"), 0, total))
             check("oncelog frames", committed_count(at("onc-frames")), total)
 
+            def read_check(fn: Callable[[], tuple[Cost, int]], what: str) -> Cost:
+                cost, n = fn()
+                check(what, n, total)
+                return cost
+
             def read(label: str, onc: Callable[[], tuple[Cost, int]],
                      delta: Callable[[], tuple[Cost, int]]) -> None:
                 def run(fn: Callable[[], tuple[Cost, int]], what: str) -> Callable[[], Cost]:
@@ -385,6 +393,8 @@ def main(argv: list[str] | None = None) -> None:
             read("cold read to dicts",
                  lambda: oncelog_read_dicts(at("onc-publish")),
                  lambda: delta_read_dicts(at("delta-ingest")))
+            pair("cold read to dicts, fixed ring of 1,024")[0].runs.append(
+                read_check(lambda: oncelog_read_dicts(at("onc-publish"), 1024), "fixed ring"))
             read("Arrow read",
                  lambda: oncelog_read_arrow(at("onc-publish")),
                  lambda: delta_read_arrow(at("delta-ingest")))
@@ -412,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         "ingest, Publisher.publish_many": "ingest, Publisher.publish_uncommitted",
         "ingest, frames + append_many": "ingest, Publisher.publish_uncommitted",
         "4 writer processes, publish_many": "4 writer processes",
+        "cold read to dicts, fixed ring of 1,024": "cold read to dicts",
     }
     print(f"\n{'workload':38} {'oncelog/s':>11} {'delta/s':>11} {'ratio':>7}"
           f"   {'oncelog CPU us':>14} {'delta CPU us':>12} {'ratio':>7}")

@@ -11,7 +11,7 @@
  *   `setattr` does). It stops at the first line it cannot decode cleanly (bad JSON, not an
  *   object) and reports where: the Python path takes over and raises the error with its
  *   journal and offsets. Anything unusual about a UUID is left for Envelope to parse.
- * - `Kernel(offsets, states, buffer, warn)` is the sequencing kernel of
+ * - `Kernel(offsets, states, buffer, warn, max_bytes=0)` is the sequencing kernel of
  *   oncelog.sequencer (`SequencingKernel`), rule for rule: the ring, the per-producer
  *   table, the read-through offsets and the committed sequence being stepped through are
  *   its own C state. `Sequencer` delegates to it when the extension is available; its
@@ -245,6 +245,10 @@ typedef struct {
     PyObject_HEAD
     ModState *st;
     Py_ssize_t size, head;
+    /* A growing ring's byte budget (0: a fixed ring), and whether growth may be tried (not
+     * for a fixed ring, nor after a refusal until the head wraps round). */
+    long long max_bytes;
+    int may_grow;
     /* The ring: envelope, next index in its partial's chain (-1: none), owning partial,
      * and the envelope's begin offset, clock and flags (read once, when queued). */
     PyObject **ring;
@@ -472,6 +476,119 @@ decide_outcome(uint64_t min_clock, uint64_t max_clock, int span_open, uint64_t c
     return clock <= min_clock ? O_OUTSIDE_ALREADY_ACKED : O_OUTSIDE_COMMIT;
 }
 
+/* The journal bytes of the envelopes in the ring (their end - begin), in *out. */
+static int
+ring_held(KernelObj *k, long long *out)
+{
+    long long held = 0, end;
+    for (Py_ssize_t i = 0; i < k->size; i++) {
+        if (k->ring[i] == NULL)
+            continue;
+        if (env_offset(k, k->ring[i], F_END, &end) < 0)
+            return -1;
+        held += end - k->rbegin[i];
+    }
+    *out = held;
+    return 0;
+}
+
+/* Whether queueing next grows the ring rather than free slot `head`, which holds the first
+ * message of an open transaction (1 or 0; -1 on error). Changes nothing. */
+static int
+grows_at(KernelObj *k, Py_ssize_t head)
+{
+    PartialObj *o = k->owner[head];
+    if (!k->may_grow || o == NULL || o->ring_start != head || k->rbegin[head] != o->begin)
+        return 0;
+    long long held;
+    if (ring_held(k, &held) < 0)
+        return -1;
+    return 2 * held <= k->max_bytes;
+}
+
+/* Double the ring, laid out again from the oldest slot (the head), if twice the bytes it
+ * holds fit in the budget; otherwise clear may_grow until the head wraps round. 1 if it
+ * grew, 0 if not, -1 on error. Called with the head slot holding the first message of an
+ * open transaction and nothing being stepped through. Afterwards the old slots are
+ * 0..size-1 in queue order, the head is the first new (empty) slot, and every chain names
+ * the same envelopes as before. References move with their slots. */
+static int
+kgrow(KernelObj *k)
+{
+    long long held;
+    if (ring_held(k, &held) < 0)
+        return -1;
+    if (2 * held > k->max_bytes) {
+        k->may_grow = 0;
+        return 0;
+    }
+    Py_ssize_t n = k->size, h = k->head, m = 2 * n;
+    PyObject **ring = PyMem_Calloc((size_t)m, sizeof(PyObject *));
+    Py_ssize_t *next = PyMem_Calloc((size_t)m, sizeof(Py_ssize_t));
+    PartialObj **owner = PyMem_Calloc((size_t)m, sizeof(PartialObj *));
+    long long *rbegin = PyMem_Calloc((size_t)m, sizeof(long long));
+    uint64_t *rclock = PyMem_Calloc((size_t)m, sizeof(uint64_t));
+    long *rflags = PyMem_Calloc((size_t)m, sizeof(long));
+    if (ring == NULL || next == NULL || owner == NULL || rbegin == NULL || rclock == NULL ||
+        rflags == NULL) {
+        PyMem_Free(ring);
+        PyMem_Free(next);
+        PyMem_Free(owner);
+        PyMem_Free(rbegin);
+        PyMem_Free(rclock);
+        PyMem_Free(rflags);
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* Remap each chain's ends once: encoded as -2 - new index while the old slots are
+     * scanned, so that a remapped end never matches an old index again. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PartialObj *o = k->owner[i];
+        if (o == NULL)
+            continue;
+        Py_ssize_t j = (i - h + n) % n;
+        if (o->ring_start == i)
+            o->ring_start = -2 - j;
+        if (o->ring_stop == i)
+            o->ring_stop = -2 - j;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PartialObj *o = k->owner[i];
+        if (o == NULL)
+            continue;
+        if (o->ring_start <= -2)
+            o->ring_start = -2 - o->ring_start;
+        if (o->ring_stop <= -2)
+            o->ring_stop = -2 - o->ring_stop;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t i = (h + j) % n;
+        ring[j] = k->ring[i];
+        owner[j] = k->owner[i];
+        next[j] = k->next[i] == -1 ? -1 : (k->next[i] - h + n) % n;
+        rbegin[j] = k->rbegin[i];
+        rclock[j] = k->rclock[i];
+        rflags[j] = k->rflags[i];
+    }
+    for (Py_ssize_t j = n; j < m; j++)
+        next[j] = -1;
+    PyMem_Free(k->ring);
+    PyMem_Free(k->next);
+    PyMem_Free(k->owner);
+    PyMem_Free(k->rbegin);
+    PyMem_Free(k->rclock);
+    PyMem_Free(k->rflags);
+    k->ring = ring;
+    k->next = next;
+    k->owner = owner;
+    k->rbegin = rbegin;
+    k->rclock = rclock;
+    k->rflags = rflags;
+    k->size = m;
+    k->head = n;
+    return 1;
+}
+
 /* Decide (no mutation): the outcome and the partial it applies to (a new reference; for a
  * producer new to its journal, or a nil UUID, a fresh untracked record). */
 static int
@@ -497,7 +614,12 @@ decide(KernelObj *k, PyObject *journal, PyObject *producer, uint64_t clock, long
     int outcome = decide_outcome(p->min_clock, p->max_clock, p->begin != -1, clock, flags);
     if (outcome == O_ACK_COMMIT_RING) {
         Py_ssize_t start = p->ring_start;
-        if (start == -1 || start == k->head || k->rbegin[start] != p->begin)
+        int keeps = 1;
+        if (start == k->head && (keeps = grows_at(k, start)) < 0) {
+            Py_DECREF(p);
+            return -1;
+        }
+        if (start == -1 || !keeps || k->rbegin[start] != p->begin)
             outcome = O_ACK_COMMIT_REPLAY; /* all or part left the ring */
     }
     *out = p;
@@ -570,8 +692,15 @@ kqueue(KernelObj *k, PyObject *env)
     }
     Py_ssize_t head = k->head;
     PartialObj *o = k->owner[head];
-    if (o != NULL && o->ring_start == head && evict_start(k, o, head) < 0)
-        return -1;
+    if (o != NULL && o->ring_start == head) {
+        int grown = 0;
+        if (k->may_grow && k->rbegin[head] == o->begin && (grown = kgrow(k)) < 0)
+            return -1;
+        if (grown)
+            head = k->head;
+        else if (evict_start(k, o, head) < 0)
+            return -1;
+    }
 
     uint64_t clock;
     long flags;
@@ -660,7 +789,12 @@ kqueue(KernelObj *k, PyObject *env)
     else
         k->next[stop] = head;
     p->ring_stop = head;
-    k->head = head + 1 == k->size ? 0 : head + 1;
+    if (head + 1 == k->size) {
+        k->head = 0;
+        k->may_grow = k->max_bytes > 0; /* a new turn: growth may be tried again */
+    } else {
+        k->head = head + 1;
+    }
     p->max_clock = clock;
     if (!commit) {
         if (set_offset(k, journal, env) < 0)
@@ -838,12 +972,17 @@ error:
 static PyObject *
 kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"offsets", "states", "buffer", "warn", NULL};
+    static char *kwlist[] = {"offsets", "states", "buffer", "warn", "max_bytes", NULL};
     PyObject *offsets, *states, *warn_cb;
     Py_ssize_t buffer;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OnO:Kernel", kwlist, &PyDict_Type, &offsets,
-                                     &states, &buffer, &warn_cb))
+    long long max_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OnO|L:Kernel", kwlist, &PyDict_Type,
+                                     &offsets, &states, &buffer, &warn_cb, &max_bytes))
         return NULL;
+    if (max_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "Kernel(): max_bytes must not be negative");
+        return NULL;
+    }
     if (!PyCallable_Check(warn_cb)) {
         PyErr_SetString(PyExc_TypeError, "Kernel(): warn must be callable");
         return NULL;
@@ -857,6 +996,8 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     k->st = st;
     k->size = buffer < 1 ? 1 : buffer;
     k->head = 0;
+    k->max_bytes = max_bytes;
+    k->may_grow = max_bytes > 0;
     k->warn = Py_NewRef(warn_cb);
     k->ring = PyMem_Calloc((size_t)k->size, sizeof(PyObject *));
     k->next = PyMem_Calloc((size_t)k->size, sizeof(Py_ssize_t));
@@ -1295,7 +1436,7 @@ static PyType_Slot kernel_slots[] = {
     {Py_tp_clear, kernel_clear},
     {Py_tp_methods, kernel_methods},
     {Py_tp_getset, kernel_getset},
-    {Py_tp_doc, "Kernel(offsets, states, buffer, warn): SequencingKernel in C (see"
+    {Py_tp_doc, "Kernel(offsets, states, buffer, warn, max_bytes=0): SequencingKernel in C (see"
                 " oncelog/sequencer.py)."},
     {0, NULL},
 };

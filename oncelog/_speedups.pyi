@@ -63,14 +63,19 @@ class Kernel:
     """SequencingKernel in C: the ring, the producer table, the offsets (see oncelog.sequencer)."""
 
     def __new__(
-        cls, offsets: dict[str, int], states: Iterable[_StateRow], buffer: int, warn: _Warn
+        cls,
+        offsets: dict[str, int],
+        states: Iterable[_StateRow],
+        buffer: int,
+        warn: _Warn,
+        max_bytes: int = 0,
     ) -> Kernel: ...
     @property
     def dequeued(self) -> Envelope | None:
         """The envelope step() last returned."""
     @property
     def buffer(self) -> int:
-        """The ring's size."""
+        """The ring's size now (a growing ring, max_bytes > 0, doubles; never shrinks)."""
     @property
     def stepping(self) -> bool:
         """A committed sequence is being stepped through."""

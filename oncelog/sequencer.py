@@ -7,9 +7,12 @@ clocks up to its own; duplicates and rolled-back messages are never
 delivered. The semantics are those of Gazette's `message.Sequencer`
 (go.gazette.dev/core), outcome for outcome; docs/sequencing.md explains them.
 
-Memory is bounded: a fixed ring of the most recent envelopes plus one small
-record per (journal, producer). A committed sequence that has left the ring is
-re-read through a replay of `replay_range()`.
+Memory is bounded: a ring of the most recent envelopes plus one small record
+per (journal, producer). By default the ring grows (up to a byte budget,
+`max_bytes`) rather than drop the start of a transaction still open, so
+transactions that fit in the budget are never re-read; `buffer=N` keeps a
+fixed ring of N envelopes instead, as Gazette's. A committed sequence that has
+left the ring is re-read through a replay of `replay_range()`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from oncelog.message import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "ProducerState",
     "QueueOutcome",
     "ReplayError",
@@ -51,6 +55,12 @@ _log = logging.getLogger(__name__)
 
 ReplayFunc = Callable[[str, int, int], Iterable[Envelope]]
 """`replay(journal, begin, end)`: the read-uncommitted envelopes of `journal` in `[begin, end)`."""
+
+DEFAULT_MAX_BYTES = 32 << 20
+"""The default byte budget of a growing ring (32 MiB of journal bytes; see `Sequencer`)."""
+
+_INITIAL_SLOTS = 1024
+"""The slots a growing ring starts with (Gazette's default fixed ring size)."""
 
 class SequencerError(OncelogError, RuntimeError):
     """The Sequencer was used out of order (e.g. queued while committed messages remain)."""
@@ -273,10 +283,24 @@ def _horizon_ns(prune_horizon: timedelta | float | int) -> int:
 
 
 def _validated(
-    offsets: dict[str, int] | None, states: Iterable[ProducerState] | None, buffer: int
-) -> tuple[dict[str, int], list[ProducerState], int]:
-    """A kernel's starting offsets, producer states and ring size, checked."""
-    if not isinstance(buffer, int):
+    offsets: dict[str, int] | None,
+    states: Iterable[ProducerState] | None,
+    buffer: int | None,
+    max_bytes: int | None,
+) -> tuple[dict[str, int], list[ProducerState], int, int]:
+    """A kernel's starting offsets, producer states, ring size and byte budget (0: a fixed
+    ring), checked."""
+    if buffer is None or max_bytes is not None:
+        budget = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+        if not isinstance(budget, int) or isinstance(budget, bool):
+            raise TypeError(f"max_bytes must be an int, not {type(budget).__name__}")
+        if budget < 1:
+            raise ValueError(f"max_bytes must be at least 1, not {budget}")
+        if buffer is None:
+            buffer = _INITIAL_SLOTS
+    else:
+        budget = 0
+    if not isinstance(buffer, int) or isinstance(buffer, bool):
         raise TypeError(f"buffer must be an int, not {type(buffer).__name__}")
     checked: dict[str, int] = {}
     for journal, offset in (offsets or {}).items():
@@ -287,7 +311,7 @@ def _validated(
     for state in state_list:
         if not isinstance(state, ProducerState):
             raise TypeError(f"states must hold ProducerState, not {type(state).__name__}")
-    return checked, state_list, max(buffer, 1)
+    return checked, state_list, max(buffer, 1), budget
 
 
 def _prune_below(prune_horizon: timedelta | float | int) -> int:
@@ -337,6 +361,9 @@ class SequencingKernel:
     - the ring: `_ring[i]` an envelope, `_next[i]` the ring index of the next envelope
       of the same partial sequence (-1: none), `_owner[i]` the `_Partial` it was queued
       under; `_head` the slot the next queued envelope takes, `_size` the ring's length.
+      `_budget` is the byte budget of a growing ring (0: a fixed ring); `_may_grow` is
+      False for a fixed ring, and for a growing one from a refused growth until the head
+      next wraps round (so the bytes held are summed at most once per turn of the ring).
     - the per-producer table `_partials`: journal -> producer -> `_Partial`.
     - `_offsets`: journal -> read-through offset (where a restart resumes reading).
     - `_pending`: partials whose transaction began since the last checkpoint.
@@ -351,7 +378,9 @@ class SequencingKernel:
     `min_clock <= max_clock`; `begin == -1` iff no transaction of the producer is open,
     and then nothing of it is in `_pending`.
 
-    Per envelope, `queue_uncommitted(env)` evicts the ring slot at the head, decides
+    Per envelope, `queue_uncommitted(env)` frees the ring slot at the head (see
+    `_grow`: a growing ring doubles instead of dropping the first message of a
+    transaction still open, while within its budget), decides
     the outcome (`decide_outcome`, the rules; `decide(env)` alone changes nothing), then
     applies it; after a commit outcome `_emit` is set and
     `step()` hands out the committed envelopes until it returns None, which moves the
@@ -359,10 +388,12 @@ class SequencingKernel:
     """
 
     __slots__ = (
+        "_budget",
         "_dequeued",
         "_dequeued_clock",
         "_emit",
         "_head",
+        "_may_grow",
         "_next",
         "_offsets",
         "_owner",
@@ -377,9 +408,14 @@ class SequencingKernel:
         self,
         offsets: dict[str, int] | None = None,
         states: Iterable[ProducerState] | None = None,
-        buffer: int = 1024,
+        buffer: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> None:
-        self._offsets, state_list, size = _validated(offsets, states, buffer)
+        self._offsets, state_list, size, self._budget = _validated(
+            offsets, states, buffer, max_bytes
+        )
+        self._may_grow = self._budget > 0
         # journal -> producer -> partial sequence.
         self._partials: dict[str, dict[bytes, _Partial]] = {}
         for state in state_list:
@@ -422,7 +458,8 @@ class SequencingKernel:
         new to its journal is a fresh, untracked record (queueing files it). A nil UUID
         (zero clock) is never tracked: always OUTSIDE_COMMIT, with a throwaway record. An
         ACK commit is ACK_COMMIT_REPLAY when the transaction's first message is no longer
-        in the ring, or is in the slot at the head (which queueing `env` reuses).
+        in the ring, or is in the slot at the head (which queueing `env` reuses, unless
+        the ring grows instead).
         """
         producer, clock, flags = env._ids or env.ids  # .ids without a property call
         if not clock:
@@ -436,7 +473,7 @@ class SequencingKernel:
             start = p.ring_start
             if (
                 start == -1
-                or start == self._head
+                or (start == self._head and not self._grows_at(start))
                 or self._ring[start].begin != p.begin  # type: ignore[union-attr]
             ):
                 outcome = _ACK_COMMIT_REPLAY  # all or part left the ring
@@ -458,7 +495,12 @@ class SequencingKernel:
         head = self._head
         o = owner[head]  # evict_head()
         if o is not None and o.ring_start == head:
-            self._evict_start(o, head)
+            first = ring[head]
+            if self._may_grow and first.begin == o.begin and self._grow():  # type: ignore[union-attr]
+                ring, nxt, owner = self._ring, self._next, self._owner
+                head = self._head
+            else:
+                self._evict_start(o, head)
 
         # Decide: decide(env), inlined (no mutation up to the outcome).
         producer, clock, flags = env._ids or env.ids
@@ -527,7 +569,10 @@ class SequencingKernel:
             nxt[stop] = head
         p.ring_stop = head
         head += 1
-        self._head = 0 if head == self._size else head
+        if head == self._size:
+            head = 0
+            self._may_grow = self._budget > 0  # a new turn: growth may be tried again
+        self._head = head
         p.max_clock = clock
         if not commit:
             self._offsets[journal] = env.end
@@ -544,6 +589,62 @@ class SequencingKernel:
             f"{what}(): committed messages of journal {emit.journal!r} producer"
             f" {emit.producer.hex()} remain: step() until it returns None first{at}"
         )
+
+    def _held_bytes(self) -> int:
+        """The journal bytes of the envelopes in the ring (their `end - begin`)."""
+        return sum(e.end - e.begin for e in self._ring if e is not None)
+
+    def _grows_at(self, head: int) -> bool:
+        """Whether queueing next grows the ring rather than free slot `head` (which holds
+        the first message of an open transaction); changes nothing."""
+        o = self._owner[head]
+        return (
+            self._may_grow
+            and o is not None
+            and o.ring_start == head
+            and self._ring[head].begin == o.begin  # type: ignore[union-attr]
+            and 2 * self._held_bytes() <= self._budget
+        )
+
+    def _grow(self) -> bool:
+        """Double the ring, laid out again from the oldest slot (the head), if twice the
+        bytes it holds fit in the budget; otherwise leave it and stop trying until the
+        head wraps round. Called when the head slot holds the first message of an open
+        transaction and nothing is being stepped through. True if it grew.
+
+        Afterwards the old slots are `0..size-1` in queue order, the head is the first
+        new, empty slot, and every chain (`_next`, `ring_start`, `ring_stop`) names the
+        same envelopes as before. A ring never shrinks.
+        """
+        if 2 * self._held_bytes() > self._budget:
+            self._may_grow = False
+            return False
+        size, head = self._size, self._head
+        order = list(range(head, size)) + list(range(head))
+        owners = [self._owner[i] for i in order]
+        # Remap each chain's ends once: the new index is encoded as -2 - index while the
+        # old slots are scanned (so a remapped end never matches an old index again).
+        for i, o in enumerate(self._owner):
+            if o is not None:
+                if o.ring_start == i:
+                    o.ring_start = -2 - (i - head) % size
+                if o.ring_stop == i:
+                    o.ring_stop = -2 - (i - head) % size
+        for o in owners:
+            if o is not None:
+                if o.ring_start <= -2:
+                    o.ring_start = -2 - o.ring_start
+                if o.ring_stop <= -2:
+                    o.ring_stop = -2 - o.ring_stop
+        old_next = self._next
+        self._ring = [self._ring[i] for i in order] + [None] * size
+        self._owner = owners + [None] * size
+        self._next = [
+            -1 if old_next[i] == -1 else (old_next[i] - head) % size for i in order
+        ] + [-1] * size
+        self._head = size
+        self._size = 2 * size
+        return True
 
     def _evict_start(self, p: _Partial, head: int) -> None:
         """The ring slot `head`, about to be reused, holds the start of `p`'s sequence."""
@@ -726,6 +827,17 @@ class Sequencer(SequencingKernel):
     and the rules are those of `SequencingKernel`; a Sequencer adds the batch API and
     read-only views.
 
+    The ring: by default (`buffer=None`) it starts at 1,024 envelopes (`buffer=N` with
+    `max_bytes=M`: at N) and doubles
+    whenever the next queued envelope would otherwise drop the first message of a
+    transaction still open, as long as twice the journal bytes it holds stay within
+    `max_bytes` (default `DEFAULT_MAX_BYTES`, 32 MiB; decoded messages take a few times
+    their journal bytes in memory). A transaction that fits is committed from memory
+    (ACK_COMMIT_RING); a larger one is re-read from the journal (ACK_COMMIT_REPLAY).
+    The ring never shrinks. `buffer=N` alone keeps a fixed ring of N envelopes, Gazette's
+    exact semantics, outcome for outcome. Delivered envelopes, offsets and checkpoints
+    are the same whatever the ring: only the replays differ.
+
     Where the C extension is built (and `ONCELOG_PURE_PYTHON` is not set), `Sequencer(...)`
     makes a `_NativeSequencer`: a Sequencer whose state and rules are a C kernel's
     (`oncelog._speedups.Kernel`), with the same outcomes, envelopes and checkpoints.
@@ -739,7 +851,9 @@ class Sequencer(SequencingKernel):
         cls,
         offsets: dict[str, int] | None = None,
         states: Iterable[ProducerState] | None = None,
-        buffer: int = 1024,
+        buffer: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> Sequencer:
         if cls is Sequencer and _native.speedups is not None:
             return object.__new__(_NativeSequencer)
@@ -757,7 +871,7 @@ class Sequencer(SequencingKernel):
 
     @property
     def buffer(self) -> int:
-        """The ring's size in envelopes."""
+        """The ring's size in envelopes now (a growing ring's grows; it never shrinks)."""
         return self._size
 
     def has_pending(self) -> bool:
@@ -825,15 +939,17 @@ class _NativeSequencer(Sequencer):
         self,
         offsets: dict[str, int] | None = None,
         states: Iterable[ProducerState] | None = None,
-        buffer: int = 1024,
+        buffer: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> None:
         native = _native.speedups
         if native is None:
             raise RuntimeError("oncelog._speedups is not loaded")
-        checked, state_list, size = _validated(offsets, states, buffer)
+        checked, state_list, size, budget = _validated(offsets, states, buffer, max_bytes)
         self._kernel: Kernel = native.Kernel(
             checked, [(s.journal, s.producer, s.last_ack, s.begin) for s in state_list], size,
-            _warn,
+            _warn, budget,
         )
 
     def decide(self, env: Envelope) -> tuple[QueueOutcome, _Partial]:
@@ -882,7 +998,7 @@ class _NativeSequencer(Sequencer):
 
     @property
     def buffer(self) -> int:
-        """The ring's size in envelopes."""
+        """The ring's size in envelopes now (a growing ring's grows; it never shrinks)."""
         return self._kernel.buffer
 
     def has_pending(self) -> bool:

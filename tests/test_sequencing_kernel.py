@@ -10,7 +10,10 @@ restart from the last checkpoint:
   (`oncelog._speedups.Kernel`, where built);
 - the batch path (`Sequencer.sequence`), in pure Python and on the C kernel;
 
-all deliver the same envelopes (by identity) and take the same checkpoints. The
+all deliver the same envelopes (by identity) and take the same checkpoints, with a
+fixed ring (Gazette's), a ring growing within a budget so small that it is soon
+refused (both growth and replays past the budget are met), and one growing without
+bound, which never replays more than the fixed ring. The
 Spark planner (`oncelog.spark.plan`: facts, resolution, `SplitCommitter`) decides
 through the same rules: over random splits its commits equal the kernel's, and the
 producer states it resolves at each split boundary equal the kernel's checkpoint
@@ -55,6 +58,11 @@ class Crash(Exception):
     pass
 
 
+RINGS: list[int | None] = [None, 300, 1 << 40]
+"""Ring budgets compared: a fixed ring (None), a growing one within 300 bytes (a few
+small frames: growth is soon refused), and one without a useful bound."""
+
+
 def drive(
     driver: str,
     envelopes: Sequence[Envelope],
@@ -62,10 +70,12 @@ def drive(
     buffer: int,
     crash_at: frozenset[int],
     prune: float = 0,
+    max_bytes: int | None = None,
 ) -> tuple[list[Envelope], list[Checkpoint], Checkpoint]:
     """Sequence `envelopes` with `driver`, crashing at the numbered events (each envelope
     read, each committed one handed out) and restarting from the checkpoint then taken
-    (with a `prune` horizon in seconds: 0, none)."""
+    (with a `prune` horizon in seconds: 0, none). The ring starts at `buffer` slots and
+    grows within `max_bytes` (None: a fixed ring)."""
     offsets: dict[str, int] = {}
     states: list[ProducerState] = []
     output: list[Envelope] = []
@@ -82,7 +92,7 @@ def drive(
     while True:
         cls = SequencingKernel if driver == "kernel" else Sequencer
         with speedups_mode("c" if native else "pure"):
-            seq = cls(offsets, states, buffer)
+            seq = cls(offsets, states, buffer, max_bytes=max_bytes)
         assert (getattr(seq, "_kernel", None) is not None) == native, driver
         feed = [e for e in envelopes if e.begin >= offsets.get(e.journal, 0)]
         try:
@@ -123,13 +133,26 @@ def replayer(envelopes: Sequence[Envelope]) -> Callable[[str, int, int], list[En
 def check_drivers_agree(
     envelopes: Sequence[Envelope], buffer: int, crash_at: frozenset[int], prune: float = 0
 ) -> list[Envelope]:
-    replay = replayer(envelopes)
-    runs = {d: drive(d, envelopes, replay, buffer, crash_at, prune) for d in DRIVERS}
-    out, checkpoints, final = runs["kernel"]
-    for driver, (out2, checkpoints2, final2) in runs.items():
-        assert [id(e) for e in out2] == [id(e) for e in out], driver
-        assert checkpoints2 == checkpoints, driver
-        assert final2 == final, driver
+    base = replayer(envelopes)
+    replays: dict[tuple[str, int | None], int] = {}
+    runs = {}
+    for ring in RINGS:
+        for d in DRIVERS:
+
+            def replay(j: str, b: int, e: int, key: tuple[str, int | None] = (d, ring)) -> Any:
+                replays[key] = replays.get(key, 0) + 1
+                return base(j, b, e)
+
+            runs[d, ring] = drive(d, envelopes, replay, buffer, crash_at, prune, ring)
+    out, checkpoints, final = runs["kernel", None]
+    for key, (out2, checkpoints2, final2) in runs.items():
+        assert [id(e) for e in out2] == [id(e) for e in out], key
+        assert checkpoints2 == checkpoints, key
+        assert final2 == final, key
+    for d in DRIVERS:  # the paths of one ring replay alike; a larger budget, never more
+        counts = [replays.get((d, ring), 0) for ring in RINGS]
+        assert counts == [replays.get(("kernel", ring), 0) for ring in RINGS], d
+        assert counts[2] <= counts[0], (d, counts)
     return out
 
 

@@ -44,7 +44,7 @@ class ConsumerOptions:
     refresh_interval: float
     prune_horizon: timedelta | float
     keep_checkpoints: int | None
-    buffer: int
+    buffer: int | None
     read_batch: int
     split_upstream: bool
 
@@ -63,7 +63,7 @@ def consumer_options(
     refresh_interval: float | timedelta,
     prune_horizon: timedelta | float,
     keep_checkpoints: int | None,
-    buffer: int,
+    buffer: int | None,
     read_batch: int,
     split_upstream: bool,
 ) -> ConsumerOptions:

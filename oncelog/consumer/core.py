@@ -200,7 +200,7 @@ class Consumer(InputReading, CommitPipeline):
         refresh_interval: float | timedelta = 10.0,
         prune_horizon: timedelta | float = 0,
         keep_checkpoints: int | None = 10,
-        buffer: int = 1024,
+        buffer: int | None = None,
         read_batch: int = 1000,
         on_stage: Callable[[str], None] | None = None,
         state: Literal["json"] | SQLiteState = "json",
