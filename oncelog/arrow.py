@@ -2,11 +2,13 @@
 
 `read_committed_arrow(client, journal)` returns a `pyarrow.Table` with the columns the Spark
 data source produces (`journal`, `begin`, `end`, `commit_offset`, `uuid`, `producer`, `clock`,
-`time`, `flags`, `uuid_key`, `message`), each committed message once, in commit order; with
+`time`, `flags`, `uuid_key`, `message`), each committed message once, in commit order
+(`read_committed`'s: by `commit_offset`, then `begin`); with
 `parse=True` a JSON-lines journal's documents become columns of their own. With pandas
 installed, `.to_pandas()` turns either into a DataFrame. It uses the Spark source's decoder
-and commit planner, so both give the same rows. Needs the `spark` extra (pyarrow; pyspark
-only for its type names, no JVM is started).
+and commit planner, so both give the same rows; JSON lines are read in bulk (UUIDs by Arrow's
+JSON reader, commits decided a batch at a time). Needs pyarrow only (the `arrow` extra, or
+`spark`): PySpark is never imported.
 """
 
 from __future__ import annotations
@@ -31,23 +33,33 @@ def committed_record_batches(
     end: int | None = None,
     batch_rows: int = 65_536,
     proto_class: str | None = None,
+    chunk_bytes: int = 8 << 20,
 ) -> Iterator["pa.RecordBatch"]:
     """The committed messages of `journal` (from its start to `end`, default the head as
     of the call) as Arrow record batches of at most `batch_rows` rows. `message` is the
     frame's text (JSON lines, CSV) or its protobuf payload (binary; `proto_class`,
-    `module:Class`, parses UUIDs)."""
-    from pyspark.sql.types import BinaryType, StringType
+    `module:Class`, parses UUIDs). The journal is read `chunk_bytes` at a time (at most
+    about that much frame data is decoded at once, more while a transaction is open).
 
-    from oncelog.spark.batch import decoder_for
+    Batches come as commits are decided; rows decided together are in offset order, so
+    transactions committed close together may interleave: sort by `(commit_offset, begin)`
+    for read_committed's order (`read_committed_arrow` does)."""
+    import pyarrow as pa
+
+    from oncelog.spark.batches import decoder_for
     from oncelog.spark.options import ReadOptions
     from oncelog.spark.read import journal_batches
-    from oncelog.spark.schema import arrow_schema, message_kind, source_struct
+    from oncelog.spark.schema import message_kind, source_arrow_schema
 
     spec = client.get(journal)
     kind = message_kind(spec.content_type, None)
-    message_type = StringType() if kind.spark_type == "string" else BinaryType()
-    schema = arrow_schema(source_struct(message_type))
-    raw_options = {"store": "-", "journals": journal, "batch_rows": str(batch_rows)}
+    schema = source_arrow_schema(pa.string() if kind.spark_type == "string" else pa.binary())
+    raw_options = {
+        "store": "-",
+        "journals": journal,
+        "batch_rows": str(batch_rows),
+        "chunk_bytes": str(chunk_bytes),
+    }
     if proto_class is not None:
         raw_options["proto_class"] = proto_class
     options = ReadOptions.parse(raw_options)
@@ -58,6 +70,23 @@ def committed_record_batches(
     yield from journal_batches(decoder, 0, stop, schema, batch_rows)
 
 
+def _in_commit_order(table: "pa.Table") -> "pa.Table":
+    """`table` sorted by (commit_offset, begin), unless it already is (the usual case)."""
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    if n < 2:
+        return table
+    commits = table.column("commit_offset").combine_chunks()
+    begins = table.column("begin").combine_chunks()
+    c0, c1 = commits.slice(0, n - 1), commits.slice(1)
+    b0, b1 = begins.slice(0, n - 1), begins.slice(1)
+    ordered = pc.or_(pc.less(c0, c1), pc.and_(pc.equal(c0, c1), pc.less(b0, b1)))
+    if pc.all(ordered).as_py():
+        return table
+    return table.sort_by([("commit_offset", "ascending"), ("begin", "ascending")])
+
+
 def read_committed_arrow(
     client: "JournalClient",
     journal: str,
@@ -65,6 +94,7 @@ def read_committed_arrow(
     end: int | None = None,
     parse: bool = False,
     proto_class: str | None = None,
+    chunk_bytes: int = 8 << 20,
 ) -> "pa.Table":
     """The committed messages of `journal` as one `pyarrow.Table` (see the module). With
     `parse=True`, a JSON-lines journal's `message` column is replaced by the documents'
@@ -73,16 +103,18 @@ def read_committed_arrow(
     import pyarrow.json as pajson
 
     batches = list(
-        committed_record_batches(client, journal, end=end, proto_class=proto_class)
+        committed_record_batches(
+            client, journal, end=end, proto_class=proto_class, chunk_bytes=chunk_bytes
+        )
     )
     if batches:
-        table = pa.Table.from_batches(batches)
+        table = _in_commit_order(pa.Table.from_batches(batches))
     else:
-        from pyspark.sql.types import StringType
+        from oncelog.spark.schema import message_kind, source_arrow_schema
 
-        from oncelog.spark.schema import arrow_schema, source_struct
-
-        table = arrow_schema(source_struct(StringType())).empty_table()
+        kind = message_kind(client.get(journal).content_type, None)
+        message_type = pa.string() if kind.spark_type == "string" else pa.binary()
+        table = source_arrow_schema(message_type).empty_table()
     if not parse:
         return table
     if client.get(journal).content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:

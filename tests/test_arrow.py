@@ -3,11 +3,21 @@ with rolled-back transactions and duplicates left out."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from speedups_support import MODES, speedups_mode
 
 from oncelog import JSONMessage, Publisher, read_committed
 from oncelog.arrow import read_committed_arrow
 from oncelog.journal import JournalSpec
+from oncelog.testing import histories, run_history
 from oncelog.testing.fixtures import StoreTarget
 
 NDJSON = "application/x-ndjson"
@@ -52,4 +62,89 @@ def test_empty_journal_and_wrong_content_type(memory_store: StoreTarget) -> None
     client.create(JournalSpec("arrow/csv", {"content-type": "text/csv"}))
     with pytest.raises(ValueError, match="parse=True reads JSON"):
         read_committed_arrow(client, "arrow/csv", parse=True)
+    client.close()
+
+
+def test_no_pyspark_is_needed(tmp_path: Any) -> None:
+    """With PySpark made unimportable, Arrow reads work (raw and parsed, and empty)."""
+    code = f"""
+import sys
+sys.modules["pyspark"] = None  # any import of pyspark now raises ImportError
+from oncelog import JSONMessage, Publisher
+from oncelog.arrow import read_committed_arrow
+from oncelog.journal import JournalSpec, open_journals
+client = open_journals({str(tmp_path / "store")!r})
+client.create(JournalSpec("a/j", {{"content-type": "{NDJSON}"}}))
+client.create(JournalSpec("a/empty", {{"content-type": "{NDJSON}"}}))
+pub = Publisher(client)
+with pub.transaction():
+    for i in range(3):
+        pub.publish_uncommitted(lambda _m: ("a/j", "{NDJSON}"), JSONMessage({{"n": i}}))
+assert read_committed_arrow(client, "a/j", parse=True).column("n").to_pylist() == [0, 1, 2]
+assert read_committed_arrow(client, "a/j").num_rows == 3
+assert read_committed_arrow(client, "a/empty").num_rows == 0
+assert not [m for m in sys.modules if m.startswith("pyspark") and sys.modules[m] is not None]
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    history=histories(producers=3, journals=1, max_steps=40),
+    chunk=st.sampled_from([4096, 1 << 20]),
+)
+def test_arrow_rows_are_read_committed_on_random_histories(
+    memory_store: StoreTarget, mode: str, history: Any, chunk: int
+) -> None:
+    """Random Publisher histories (transactions, rollbacks, crashes, duplicates) read in
+    chunks of 4 KiB (transactions span many) and of 1 MiB: the rows of read_committed."""
+    client = memory_store.open()
+    name = f"arrow/{uuid.uuid4().hex[:8]}"
+    client.create(JournalSpec(name))
+    run_history(client, [name], history)
+    with speedups_mode(mode):
+        expected = [(e.begin, e.end, str(e.uuid), e.message.doc) for e in
+                    read_committed(client, name)]
+        table = read_committed_arrow(client, name, chunk_bytes=chunk)
+    got = list(zip(
+        table.column("begin").to_pylist(), table.column("end").to_pylist(),
+        table.column("uuid").to_pylist(),
+        [orjson.loads(m) for m in table.column("message").to_pylist()],
+    ))
+    assert got == expected
+    client.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_transactions_longer_than_a_chunk(memory_store: StoreTarget, mode: str) -> None:
+    """Two producers' transactions of 300 messages interleaved with committed messages and
+    a rollback, read 4 KiB at a time: every transaction spans many chunks."""
+    client = memory_store.open()
+    client.create(JournalSpec("arrow/long", {"content-type": NDJSON}))
+    a, b, c = Publisher(client), Publisher(client), Publisher(client)
+    with pytest.raises(RuntimeError), b.transaction():
+        for i in range(50):
+            b.publish_uncommitted(to("arrow/long"), JSONMessage({"n": -i, "pad": "x" * 40}))
+        raise RuntimeError("roll back")
+    with a.transaction(), b.transaction():
+        for i in range(300):
+            a.publish_uncommitted(to("arrow/long"), JSONMessage({"n": i, "pad": "a" * 40}))
+            b.publish_uncommitted(to("arrow/long"), JSONMessage({"n": 1000 + i, "pad": "b"}))
+            if i % 50 == 0:
+                c.publish_committed(to("arrow/long"), JSONMessage({"n": 5000 + i}))
+        c.flush()
+    with speedups_mode(mode):
+        expected = [(e.begin, e.message.doc["n"]) for e in read_committed(client, "arrow/long")]
+        table = read_committed_arrow(client, "arrow/long", parse=True, chunk_bytes=4096)
+    assert len(expected) == 606
+    assert list(zip(table.column("begin").to_pylist(), table.column("n").to_pylist())) == expected
     client.close()

@@ -11,22 +11,20 @@ Reading uncommitted needs no plan.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED, set_gc_pausing
+from oncelog.framing import set_gc_pausing
 from oncelog.journal import JournalClient, JournalSpec
-from oncelog.message import ProtoMessage
-from oncelog.spark.batches import RangeDecoder
-from oncelog.spark.options import OptionError, ReadOptions
+from oncelog.spark.batches import decoder_for, new_message_factory
+from oncelog.spark.options import ReadOptions
 from oncelog.spark.plan import JournalPlan, Split, SplitPlan, plan_splits, resolve
 from oncelog.spark.read import journal_batches, split_batches, split_facts, uncommitted_batches
-from oncelog.spark.schema import arrow_schema, check_schema, message_kind
+from oncelog.spark.schema import arrow_schema, check_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,41 +50,6 @@ class SplitPartition(InputPartition):
 
     content_type: str
     plan: SplitPlan
-
-
-def new_message_factory(
-    options: ReadOptions, content_type: str, journal: str
-) -> Callable[[Any], Any] | None:
-    """The `new_message` a journal's frames decode with (protobuf classes need `proto_class`)."""
-    if content_type.split(";", 1)[0].strip().lower() != CONTENT_TYPE_PROTOBUF_FIXED:
-        return None
-    if not options.proto_class:
-        raise OptionError(
-            f"journal {journal!r} holds protobuf frames: give option proto_class "
-            "(module:Class of the generated message, importable on every executor)"
-        )
-    module_name, _, attr = options.proto_class.replace(":", ".").rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise OptionError(f"option proto_class {options.proto_class!r}: {exc}") from None
-    return ProtoMessage.factory(cls, options.uuid_field)
-
-
-def decoder_for(
-    client: JournalClient, options: ReadOptions, journal: str, content_type: str, message_type: Any
-) -> RangeDecoder:
-    """A RangeDecoder of `journal` as the source's options ask."""
-    return RangeDecoder(
-        client,
-        journal,
-        message_kind(content_type, options.schema),
-        message_type,
-        chunk_bytes=options.chunk_bytes,
-        uuid_field=options.uuid_field,
-        new_message=new_message_factory(options, content_type, journal),
-        fast=options.fast_path,
-    )
 
 
 class OncelogBatchReader(DataSourceReader):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import functools
+import importlib
 import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import pyarrow.json as pajson
 from oncelog.errors import OncelogError
 from oncelog.framing import (
     CONTENT_TYPE_JSON_LINES,
+    CONTENT_TYPE_PROTOBUF_FIXED,
     CSVFraming,
     Framing,
     JSONFraming,
@@ -32,11 +34,19 @@ from oncelog.framing import (
 )
 from oncelog.framing.base import gc_paused, snippet
 from oncelog.journal import JournalClient
-from oncelog.message import FLAGS_MASK, CSVRecord, Envelope, Flags, JSONMessage
-from oncelog.spark.schema import MessageKind
+from oncelog.message import FLAGS_MASK, CSVRecord, Envelope, Flags, JSONMessage, ProtoMessage
+from oncelog.spark.options import OptionError, ReadOptions
+from oncelog.spark.schema import MessageKind, message_kind
 from oncelog.spark.uuids import NIL_TEXT, UUIDColumns, canonical_uuid_text, uuid_columns
 
-__all__ = ["BadMessage", "DecodedBatch", "RangeDecoder", "record_batch"]
+__all__ = [
+    "BadMessage",
+    "DecodedBatch",
+    "RangeDecoder",
+    "decoder_for",
+    "new_message_factory",
+    "record_batch",
+]
 
 
 class _UseFraming(Exception):
@@ -560,3 +570,38 @@ def _json_ids(
     begins.pop()
     producers, clocks, flags = cols.ids()
     return producers, clocks, flags, begins
+
+
+def new_message_factory(
+    options: ReadOptions, content_type: str, journal: str
+) -> Callable[[Any], Any] | None:
+    """The `new_message` a journal's frames decode with (protobuf classes need `proto_class`)."""
+    if content_type.split(";", 1)[0].strip().lower() != CONTENT_TYPE_PROTOBUF_FIXED:
+        return None
+    if not options.proto_class:
+        raise OptionError(
+            f"journal {journal!r} holds protobuf frames: give option proto_class "
+            "(module:Class of the generated message, importable on every executor)"
+        )
+    module_name, _, attr = options.proto_class.replace(":", ".").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise OptionError(f"option proto_class {options.proto_class!r}: {exc}") from None
+    return ProtoMessage.factory(cls, options.uuid_field)
+
+
+def decoder_for(
+    client: JournalClient, options: ReadOptions, journal: str, content_type: str, message_type: Any
+) -> RangeDecoder:
+    """A RangeDecoder of `journal` as the source's options ask."""
+    return RangeDecoder(
+        client,
+        journal,
+        message_kind(content_type, options.schema),
+        message_type,
+        chunk_bytes=options.chunk_bytes,
+        uuid_field=options.uuid_field,
+        new_message=new_message_factory(options, content_type, journal),
+        fast=options.fast_path,
+    )

@@ -39,6 +39,7 @@ __all__ = [
     "source_struct",
     "check_schema",
     "arrow_schema",
+    "source_arrow_schema",
 ]
 
 METADATA_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -128,6 +129,18 @@ def check_schema(schema: StructType) -> None:
             f"the oncelog source has columns {expected}, not {names}: describe JSON documents "
             "with option 'schema' (a DDL string such as 'page string, n bigint') instead"
         )
+
+
+def source_arrow_schema(message_type: pa.DataType) -> pa.Schema:
+    """The Arrow schema of the source's rows, given the message column's Arrow type, built
+    with pyarrow alone (what `arrow_schema(source_struct(...))` gives, without PySpark)."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(),
+             "timestamp": pa.timestamp("us", tz="UTC")}
+    fields = [pa.field(name, types[kind]) for name, kind in METADATA_COLUMNS]
+    fields.append(pa.field("message", message_type))
+    return pa.schema(fields)
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
