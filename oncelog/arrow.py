@@ -6,9 +6,9 @@ data source produces (`journal`, `begin`, `end`, `commit_offset`, `uuid`, `produ
 (`read_committed`'s: by `commit_offset`, then `begin`); with
 `parse=True` a JSON-lines journal's documents become columns of their own. With pandas
 installed, `.to_pandas()` turns either into a DataFrame. It uses the Spark source's decoder
-and commit planner, so both give the same rows; JSON lines are read in bulk (UUIDs by Arrow's
-JSON reader, commits decided a batch at a time). Needs pyarrow only (the `arrow` extra, or
-`spark`): PySpark is never imported.
+and commit planner, so both give the same rows; JSON lines are read in bulk (UUIDs and, with
+`parse=True`, documents by Arrow's JSON reader in one pass, commits decided a batch at a
+time). Needs pyarrow only (the `arrow` extra, or `spark`): PySpark is never imported.
 """
 
 from __future__ import annotations
@@ -44,16 +44,30 @@ def committed_record_batches(
     Batches come as commits are decided; rows decided together are in offset order, so
     transactions committed close together may interleave: sort by `(commit_offset, begin)`
     for read_committed's order (`read_committed_arrow` does)."""
+    return _batches(client, journal, end, batch_rows, proto_class, chunk_bytes, None)
+
+
+def _batches(
+    client: "JournalClient",
+    journal: str,
+    end: int | None,
+    batch_rows: int,
+    proto_class: str | None,
+    chunk_bytes: int,
+    struct: "pa.StructType | None",
+) -> Iterator["pa.RecordBatch"]:
+    """committed_record_batches; with a `struct`, JSON documents are parsed into it in the
+    same pass as their UUIDs (a document that does not fit it exactly is a BadMessage)."""
     import pyarrow as pa
 
-    from oncelog.spark.batches import decoder_for
+    from oncelog.spark.batches import RangeDecoder, decoder_for
     from oncelog.spark.options import ReadOptions
     from oncelog.spark.read import journal_batches
-    from oncelog.spark.schema import message_kind, source_arrow_schema
+    from oncelog.spark.schema import MessageKind, message_kind, source_arrow_schema
 
     spec = client.get(journal)
     kind = message_kind(spec.content_type, None)
-    schema = source_arrow_schema(pa.string() if kind.spark_type == "string" else pa.binary())
+    message_type = pa.string() if kind.spark_type == "string" else pa.binary()
     raw_options = {
         "store": "-",
         "journals": journal,
@@ -63,11 +77,44 @@ def committed_record_batches(
     if proto_class is not None:
         raw_options["proto_class"] = proto_class
     options = ReadOptions.parse(raw_options)
-    decoder = decoder_for(
-        client, options, journal, spec.content_type, schema.field("message").type
-    )
+    if struct is None:
+        decoder = decoder_for(client, options, journal, spec.content_type, message_type,
+                              threads=True)
+    else:
+        message_type = struct
+        parsed = MessageKind(kind.content_type, "struct", kind.trim, parsed=True)
+        decoder = RangeDecoder(client, journal, parsed, struct, chunk_bytes=chunk_bytes,
+                               threads=True, strict_fields=True)
+    schema = source_arrow_schema(message_type)
     stop = client.head(journal) if end is None else end
     yield from journal_batches(decoder, 0, stop, schema, batch_rows)
+
+
+_INFER_BYTES = 1 << 20
+"""How much of a journal's start `read_committed_arrow(parse=True)` infers types from."""
+
+
+def _inferred_struct(client: "JournalClient", journal: str) -> "pa.StructType | None":
+    """The documents' fields as Arrow infers them from the first lines of `journal` (the
+    UUID field left out), or None if they cannot be read that way."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    with client.read(journal, 0) as reader:
+        data = reader.read(_INFER_BYTES)
+    data = data[: data.rfind(b"\n") + 1]
+    if not data:
+        return None
+    try:
+        table = pajson.read_json(io.BytesIO(data))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    fields = [f for f in table.schema if f.name != "uuid"]
+    if any(pa.types.is_null(f.type) for f in fields):
+        return None  # a field seen only as null: its type is not known yet
+    return pa.struct(fields)
 
 
 def _in_commit_order(table: "pa.Table") -> "pa.Table":
@@ -87,6 +134,33 @@ def _in_commit_order(table: "pa.Table") -> "pa.Table":
     return table.sort_by([("commit_offset", "ascending"), ("begin", "ascending")])
 
 
+def _table(batches: list["pa.RecordBatch"], schema: "pa.Schema") -> "pa.Table":
+    """The batches as one table in commit order (empty, of `schema`, if there are none)."""
+    import pyarrow as pa
+
+    if not batches:
+        return schema.empty_table()
+    return _in_commit_order(pa.Table.from_batches(batches))
+
+
+def _flattened(table: "pa.Table") -> "pa.Table":
+    """A table whose `message` is a struct, with the struct's fields as columns instead
+    (those named like a source column left out; no document columns if it is empty)."""
+    import pyarrow as pa
+
+    meta = table.drop_columns(["message"])
+    if table.num_rows == 0:
+        return meta
+    message = table.column("message")
+    struct: pa.StructType = message.type
+    for i in range(struct.num_fields):
+        field = struct.field(i)
+        if field.name not in meta.column_names:
+            column = pa.chunked_array([c.field(i) for c in message.chunks], field.type)
+            meta = meta.append_column(field.name, column)
+    return meta
+
+
 def read_committed_arrow(
     client: "JournalClient",
     journal: str,
@@ -98,30 +172,41 @@ def read_committed_arrow(
 ) -> "pa.Table":
     """The committed messages of `journal` as one `pyarrow.Table` (see the module). With
     `parse=True`, a JSON-lines journal's `message` column is replaced by the documents'
-    fields (types inferred by `pyarrow.json`; the UUID field stays in `uuid`)."""
+    fields (the UUID field stays in `uuid`; a document field named like one of the other
+    columns is left out). Their types are those Arrow's JSON reader infers from the
+    journal's first MiB, and the documents are parsed in the same pass as their UUIDs; if
+    any committed document does not fit those types exactly (another type, a new field),
+    the committed documents' text is parsed as a whole instead, its types inferred from
+    all of it."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
-    batches = list(
-        committed_record_batches(
-            client, journal, end=end, proto_class=proto_class, chunk_bytes=chunk_bytes
-        )
-    )
-    if batches:
-        table = _in_commit_order(pa.Table.from_batches(batches))
-    else:
-        from oncelog.spark.schema import message_kind, source_arrow_schema
+    from oncelog.spark.batches import BadMessage
+    from oncelog.spark.schema import message_kind, source_arrow_schema
 
-        kind = message_kind(client.get(journal).content_type, None)
-        message_type = pa.string() if kind.spark_type == "string" else pa.binary()
-        table = source_arrow_schema(message_type).empty_table()
+    content_type = client.get(journal).content_type
+    if parse and content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:
+        raise ValueError(
+            f"parse=True reads JSON documents; journal {journal!r} holds {content_type}"
+        )
+    if parse and proto_class is None:
+        # One pass: the documents parsed with their UUIDs, into the types their first lines
+        # have; should any later one not fit them exactly, read the text and parse that.
+        struct = _inferred_struct(client, journal)
+        if struct is not None:
+            try:
+                batches = list(_batches(client, journal, end, 65_536, None, chunk_bytes, struct))
+            except BadMessage:
+                pass
+            else:
+                return _flattened(_table(batches, source_arrow_schema(struct)))
+    kind = message_kind(content_type, None)
+    text_schema = source_arrow_schema(pa.string() if kind.spark_type == "string" else pa.binary())
+    table = _table(
+        list(_batches(client, journal, end, 65_536, proto_class, chunk_bytes, None)), text_schema
+    )
     if not parse:
         return table
-    if client.get(journal).content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:
-        raise ValueError(
-            f"parse=True reads JSON documents; journal {journal!r} holds "
-            f"{client.get(journal).content_type}"
-        )
     meta = table.drop_columns(["message"])
     if table.num_rows == 0:
         return meta

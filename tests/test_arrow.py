@@ -148,3 +148,131 @@ def test_transactions_longer_than_a_chunk(memory_store: StoreTarget, mode: str) 
     assert len(expected) == 606
     assert list(zip(table.column("begin").to_pylist(), table.column("n").to_pylist())) == expected
     client.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    mask=st.lists(st.booleans(), max_size=300),
+    rows=st.integers(1, 50),
+    runs=st.sampled_from([1, 3, 64]),
+)
+def test_selected_rows_are_a_filter(mask: list[bool], rows: int, runs: int) -> None:
+    """Committed rows are taken as zero-copy runs or one filtered copy: either way the rows
+    of `filter(mask)`, in order, in batches of at most `rows`."""
+    import pyarrow as pa
+
+    import oncelog.spark.read as spark_read
+
+    n = len(mask)
+    batch = pa.RecordBatch.from_pydict({"i": list(range(n)), "s": [f"m{i}" for i in range(n)]})
+    arrow_mask = pa.array(mask, pa.bool_())
+    saved = spark_read._MAX_RUNS
+    spark_read._MAX_RUNS = runs
+    try:
+        out = list(spark_read._selected(batch, arrow_mask, rows))
+    finally:
+        spark_read._MAX_RUNS = saved
+    assert all(0 < b.num_rows <= rows for b in out)
+    got = [r for b in out for r in b.to_pylist()]
+    assert got == batch.filter(arrow_mask).to_pylist()
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+_DOCS = st.fixed_dictionaries(
+    {"n": st.integers(-1000, 1000)},
+    optional={
+        "x": st.one_of(st.integers(-5, 5), st.floats(-5, 5, allow_nan=False).map(float)),
+        "s": st.text("abc", max_size=3),
+        "nested": st.fixed_dictionaries({"k": st.integers(0, 9)}),
+        "late": st.booleans(),
+    },
+)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    first=st.lists(_DOCS.map(lambda d: {k: v for k, v in d.items() if k != "late"}), max_size=8),
+    rest=st.lists(_DOCS, max_size=30),
+    txn=st.integers(1, 5),
+    infer=st.sampled_from([150, 1 << 20]),
+)
+def test_parsed_documents_equal_read_committed(
+    memory_store: StoreTarget, monkeypatch: Any, mode: str, first: list[dict[str, Any]],
+    rest: list[dict[str, Any]], txn: int, infer: int,
+) -> None:
+    """Documents whose fields come and go and change type (ints then floats, a field first
+    seen late): parsed in one pass where the first lines' types hold, from the text
+    otherwise; the same documents as read_committed either way."""
+    import oncelog.arrow as arrow_module
+
+    monkeypatch.setattr(arrow_module, "_INFER_BYTES", infer)
+    passes: list[str] = []
+    flattened = arrow_module._flattened
+    monkeypatch.setattr(
+        arrow_module, "_flattened", lambda t: passes.append("one") or flattened(t)
+    )
+    client = memory_store.open()
+    name = f"arrow/{uuid.uuid4().hex[:8]}"
+    client.create(JournalSpec(name, {"content-type": NDJSON}))
+    pub, other = Publisher(client), Publisher(client)
+    docs = first + rest
+    for i in range(0, len(docs), txn):
+        with pub.transaction():
+            for doc in docs[i : i + txn]:
+                pub.publish_uncommitted(to(name), JSONMessage(dict(doc)))
+        if i % 3 == 0:  # a rolled-back transaction with a field nothing committed has
+            with pytest.raises(RuntimeError), other.transaction():
+                other.publish_uncommitted(to(name), JSONMessage({"n": -1, "ghost": 1}))
+                raise RuntimeError("roll back")
+    with speedups_mode(mode):
+        expected = [
+            (e.begin, _without_nulls({k: v for k, v in e.message.doc.items() if k != "uuid"}))
+            for e in read_committed(client, name)
+        ]
+        table = read_committed_arrow(client, name, parse=True)
+    meta = {"journal", "begin", "end", "commit_offset", "uuid", "producer", "clock", "time",
+            "flags", "uuid_key"}
+    got = [
+        (row["begin"], _without_nulls({k: v for k, v in row.items() if k not in meta}))
+        for row in table.to_pylist()
+    ]
+    assert got == expected
+    assert passes == (["one"] if passes else [])  # one pass at most, never twice
+    client.close()
+
+
+def test_types_that_change_late_fall_back_to_the_text(
+    memory_store: StoreTarget, monkeypatch: Any
+) -> None:
+    import oncelog.arrow as arrow_module
+
+    monkeypatch.setattr(arrow_module, "_INFER_BYTES", 4096)
+    client = memory_store.open()
+    client.create(JournalSpec("arrow/late", {"content-type": NDJSON}))
+    pub = Publisher(client)
+    for i in range(200):
+        pub.publish_committed(to("arrow/late"), JSONMessage({"n": i}))
+    pub.publish_committed(to("arrow/late"), JSONMessage({"n": 0.5, "new": "x"}))
+    pub.flush()
+    table = read_committed_arrow(client, "arrow/late", parse=True)
+    assert table.column("n").type == pa_double() and table.column("n").to_pylist()[-1] == 0.5
+    assert table.column("new").to_pylist()[-1] == "x"
+    ones = [r["n"] for r in table.select(["n"]).to_pylist()[:3]]
+    assert ones == [0, 1, 2]
+    client.close()
+
+
+def pa_double() -> Any:
+    import pyarrow as pa
+
+    return pa.float64()

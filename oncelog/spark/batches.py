@@ -156,10 +156,17 @@ class RangeDecoder:
         uuid_field: str = "uuid",
         new_message: Callable[[Any], Any] | None = None,
         fast: bool = True,
+        threads: bool = False,
+        strict_fields: bool = False,
     ) -> None:
         """`fast`: JSON lines are parsed by Arrow in one pass where that is exact, and the
         read functions of oncelog.spark.read decide commits a batch at a time (False: the
-        per-message path, as a reference)."""
+        per-message path, as a reference). `threads`: Arrow's JSON reader may use its thread
+        pool on each chunk (for a reader in the caller's process; a Spark task reads with
+        one thread, tasks being parallel already). `strict_fields` (with a parsed `kind`): a
+        document with a field the struct does not name is a BadMessage too, raised at once
+        without locating the document (for a caller that inferred the struct and falls back
+        on any mismatch)."""
         self.client = client
         self.journal = journal
         self.kind = kind
@@ -168,6 +175,8 @@ class RangeDecoder:
         self.framing: Framing = for_content_type(kind.content_type)
         self.uuid_field = uuid_field
         self.fast = fast
+        self.threads = threads
+        self.strict_fields = strict_fields
         if new_message is None and isinstance(self.framing, JSONFraming):
             new_message = _json_factory(uuid_field)
         self.new_message = new_message
@@ -297,7 +306,7 @@ class RangeDecoder:
         if lengths is None:
             return None
         try:
-            table = _read_json(chunk, schema)
+            table = _read_json(chunk, schema, self.threads, self.strict_fields)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         if table.num_rows != len(lengths):
@@ -435,8 +444,13 @@ class RangeDecoder:
         struct: pa.StructType = self.message_type  # type: ignore[assignment]
         fields = [struct.field(i) for i in range(struct.num_fields)]
         try:
-            table = _read_json(chunk, pa.schema(fields))
+            table = _read_json(chunk, pa.schema(fields), self.threads, self.strict_fields)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            if self.strict_fields:
+                raise BadMessage(
+                    f"journal {self.journal!r}: documents at offsets [{base}, "
+                    f"{base + len(chunk)}) do not fit {struct}: {exc}"
+                ) from None
             raise self._locate_schema_error(chunk, base, begins, pa.schema(fields), exc) from None
         if table.num_rows != len(begins):
             raise BadMessage(
@@ -530,12 +544,22 @@ def _fast_schema(uuid_field: str, kind: MessageKind, message_type: pa.DataType) 
     return pa.schema(fields)
 
 
-def _read_json(data: bytes, schema: pa.Schema) -> pa.Table:
+_THREAD_BLOCK = 1 << 20
+"""Bytes per block of Arrow's JSON reader when it uses its threads."""
+
+
+def _read_json(
+    data: bytes, schema: pa.Schema, threads: bool = False, strict: bool = False
+) -> pa.Table:
+    """`data`'s JSON lines as a table of `schema`'s fields (others ignored, or an error if
+    `strict`): in one block on the calling thread, or in blocks of `_THREAD_BLOCK` on
+    Arrow's thread pool."""
+    block = _THREAD_BLOCK if threads else max(len(data) + 1, 1 << 16)
     return pajson.read_json(
         io.BytesIO(data),
-        read_options=pajson.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 16)),
+        read_options=pajson.ReadOptions(use_threads=threads, block_size=block),
         parse_options=pajson.ParseOptions(
-            explicit_schema=schema, unexpected_field_behavior="ignore"
+            explicit_schema=schema, unexpected_field_behavior="error" if strict else "ignore"
         ),
     )
 
@@ -592,9 +616,15 @@ def new_message_factory(
 
 
 def decoder_for(
-    client: JournalClient, options: ReadOptions, journal: str, content_type: str, message_type: Any
+    client: JournalClient,
+    options: ReadOptions,
+    journal: str,
+    content_type: str,
+    message_type: Any,
+    *,
+    threads: bool = False,
 ) -> RangeDecoder:
-    """A RangeDecoder of `journal` as the source's options ask."""
+    """A RangeDecoder of `journal` as the source's options ask (`threads`: see RangeDecoder)."""
     return RangeDecoder(
         client,
         journal,
@@ -604,4 +634,5 @@ def decoder_for(
         uuid_field=options.uuid_field,
         new_message=new_message_factory(options, content_type, journal),
         fast=options.fast_path,
+        threads=threads,
     )

@@ -57,6 +57,37 @@ def _sliced(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
         yield batch.slice(start, rows)
 
 
+_MAX_RUNS = 64
+"""Above this many runs of selected rows, a batch is filtered (copied) instead of sliced."""
+
+
+def _selected(batch: pa.RecordBatch, mask: pa.BooleanArray, rows: int) -> Iterator[pa.RecordBatch]:
+    """The rows of `batch` where `mask` (no nulls) is true, at most `rows` a batch: zero-copy
+    slices of its runs of true rows when there are few (the usual case: all but a
+    transaction's ACK and the rows still pending), one filtered copy otherwise."""
+    n = len(mask)
+    if n == 0:
+        return
+    if mask.null_count:
+        mask = pc.fill_null(mask, False)
+    selected = pc.sum(mask).as_py() or 0
+    if selected == n:
+        yield from _sliced(batch, rows)
+        return
+    if selected == 0:
+        return
+    changes = pc.indices_nonzero(pc.not_equal(mask.slice(1), mask.slice(0, n - 1)))
+    if len(changes) > 2 * _MAX_RUNS:
+        yield from _sliced(batch.filter(mask), rows)
+        return
+    edges = [0, *(i + 1 for i in changes.to_pylist()), n]
+    value = mask[0].as_py()
+    for start, stop in zip(edges, edges[1:]):
+        if value:
+            yield from _sliced(batch.slice(start, stop - start), rows)
+        value = not value
+
+
 def split_facts(decoder: RangeDecoder, split: Split) -> SplitFacts:
     """Phase 1 of the split plan: the producers' facts of one split."""
     if decoder.fast:
@@ -157,7 +188,7 @@ def _committed_batches(
                 rows = pa.RecordBatch.from_arrays(
                     cols[:3] + [decided.commits] + cols[3:], schema=schema
                 )
-                yield from _sliced(rows.filter(decided.mask), batch_rows)
+                yield from _selected(rows, decided.mask, batch_rows)
         if rows_rules is not None:
             try:
                 out = rows_rules.feed(
