@@ -43,6 +43,7 @@ PURE_ENV = "ONCELOG_PURE_PYTHON"
 """Set to 1 to run without the C speed-ups even where they are built."""
 
 _LAYOUT_NAMES = (
+    "UNIX_EPOCH_OFFSET",
     "OUTSIDE_TXN",
     "CONTINUE_TXN",
     "ACK_TXN",
@@ -63,7 +64,16 @@ class Speedups:
     sequencing kernel type (`oncelog.sequencer.Sequencer` makes one per instance).
     """
 
-    __slots__ = ("Kernel", "decode_json_lazy", "decode_json_lines", "decoder", "module", "uuid_ids")
+    __slots__ = (
+        "Kernel",
+        "decode_json_lazy",
+        "decode_json_lines",
+        "decoder",
+        "module",
+        "object_lines",
+        "uuid_columns",
+        "uuid_ids",
+    )
 
     def __init__(self, module: ModuleType, decoder: Decoder) -> None:
         self.module = module
@@ -80,6 +90,10 @@ class Speedups:
         does not start with its UUID field (or repeats its key), and where that line begins."""
         self.uuid_ids: Callable[[object], tuple[bytes, int, Any] | None] = decoder.uuid_ids
         """(producer, clock, flags) of a canonical UUID string; None if it is not one."""
+        self.object_lines: Callable[[bytes], bytes | None] = module.object_lines
+        """The int64 lengths of a chunk's lines if each is `{...}`, else None."""
+        self.uuid_columns: Callable[[Any, int], tuple[bytes, ...] | None] = module.uuid_columns
+        """The UUID columns' buffers of n canonical UUID texts back to back, or None."""
 
 
 def _load() -> Speedups | None:

@@ -37,6 +37,7 @@
 #define TIME_HI_MASK 0x0FFF
 #define PRODUCER_BYTE 10
 #define PRODUCER_ID_LEN 6
+#define UNIX_EPOCH_OFFSET 122192928000000000LL /* 100 ns units, 1582-10-15 to 1970-01-01 */
 
 /* QueueOutcome, in the order of OUTCOMES (their values in oncelog.sequencer). */
 enum {
@@ -2201,7 +2202,8 @@ speedups_exec(PyObject *module)
         add_type(module, &decoder_spec, &st->decoder_type) < 0)
         return -1;
     PyObject *layout = Py_BuildValue(
-        "{sisisisisisisisisisi}", "OUTSIDE_TXN", OUTSIDE_TXN, "CONTINUE_TXN", CONTINUE_TXN,
+        "{sLsisisisisisisisisisi}", "UNIX_EPOCH_OFFSET", (long long)UNIX_EPOCH_OFFSET,
+        "OUTSIDE_TXN", OUTSIDE_TXN, "CONTINUE_TXN", CONTINUE_TXN,
         "ACK_TXN", ACK_TXN, "FLAGS_MASK", FLAGS_MASK, "CLOCK_SEQ_BYTE", CLOCK_SEQ_BYTE,
         "SEQ_COUNTER_SHIFT", SEQ_COUNTER_SHIFT, "SEQ_COUNTER_MASK", SEQ_COUNTER_MASK,
         "TIME_HI_MASK", TIME_HI_MASK, "PRODUCER_BYTE", PRODUCER_BYTE, "PRODUCER_ID_LEN",
@@ -2262,11 +2264,183 @@ static PyModuleDef_Slot speedups_slots[] = {
     {0, NULL},
 };
 
+/* --------------------------------------------------------------------------------------
+ * object_lines */
+
+#define MAX_OPENERS 1024 /* the deepest nesting orjson accepts (see oncelog.spark.batches) */
+
+/* object_lines(chunk): the byte lengths (int64, native order, newline excluded) of the
+ * lines of `chunk` if it ends with a newline and every line starts with '{', ends with '}'
+ * and holds at most MAX_OPENERS of '{' and '['; None otherwise. The scan of
+ * oncelog.spark.batches._object_lines in one pass (its other checks stay in Python). */
+static PyObject *
+speedups_object_lines(PyObject *module, PyObject *arg)
+{
+    if (!PyBytes_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "object_lines() takes bytes, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    const char *p = PyBytes_AS_STRING(arg);
+    Py_ssize_t len = PyBytes_GET_SIZE(arg);
+    if (len == 0 || p[len - 1] != '\n')
+        Py_RETURN_NONE;
+    const char *end = p + len;
+    Py_ssize_t n = 0;
+    for (const char *q = p; q < end; n++) {
+        const char *nl = memchr(q, '\n', (size_t)(end - q));
+        q = nl + 1; /* found: the chunk ends with one */
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL)
+        return NULL;
+    char *lens = PyBytes_AS_STRING(out);
+    Py_ssize_t i = 0;
+    for (const char *q = p; q < end; i++) {
+        const char *nl = memchr(q, '\n', (size_t)(end - q));
+        int64_t size = (int64_t)(nl - q);
+        if (size == 0 || q[0] != '{' || nl[-1] != '}')
+            goto none;
+        if (size > MAX_OPENERS) { /* only a line this long can nest too deep */
+            Py_ssize_t opens = 0;
+            for (const char *c = q; c < nl; c++)
+                opens += (*c == '{') | (*c == '[');
+            if (opens > MAX_OPENERS)
+                goto none;
+        }
+        memcpy(lens + i * (Py_ssize_t)sizeof(int64_t), &size, sizeof(int64_t));
+        q = nl + 1;
+    }
+    return out;
+none:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
+/* --------------------------------------------------------------------------------------
+ * uuid_columns */
+
+/* Which character of a lower-case version 1 UUID string goes to each position of its
+ * time-sortable version 6 key (-1: a literal; see oncelog.spark.uuids._KEY_SOURCE). */
+static const signed char KEY_SOURCE[36] = {
+    15, 16, 17, 9, 10, 11, 12, 0, -1, 1, 2, 3, 4, -1, -1, 5, 6, 7,
+    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35,
+};
+
+static PyObject *
+new_bytes(Py_ssize_t size, char **data)
+{
+    PyObject *b = PyBytes_FromStringAndSize(NULL, size);
+    if (b != NULL)
+        *data = PyBytes_AS_STRING(b);
+    return b;
+}
+
+/* uuid_columns(texts, n): for n canonical UUID strings of 36 characters back to back in
+ * `texts` (a buffer, any case), the buffers of oncelog.spark.uuids' columns: (lower-case
+ * text, producer hex, key text, offsets of 36-character strings, offsets of 12-character
+ * strings (int32), clock (int64), time (int64 microseconds), time validity bitmap (the
+ * clock is not 0), flags (int32)); None if any string is not canonical. ValueError for a
+ * clock of 2**63 or more. */
+static PyObject *
+speedups_uuid_columns(PyObject *module, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*n:uuid_columns", &buf, &n))
+        return NULL;
+    PyObject *result = NULL;
+    PyObject *out[9] = {NULL};
+    char *low, *prod, *key, *off36, *off12, *clock, *time, *valid, *flags;
+    if (n < 0 || buf.len < 36 * n) {
+        PyErr_SetString(PyExc_ValueError, "uuid_columns(): texts is shorter than 36 * n bytes");
+        goto done;
+    }
+    const unsigned char *src = buf.buf;
+    unsigned char raw[16];
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!uuid_text_bytes(src + 36 * i, raw)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    if ((out[0] = new_bytes(36 * n, &low)) == NULL ||
+        (out[1] = new_bytes(2 * PRODUCER_ID_LEN * n, &prod)) == NULL ||
+        (out[2] = new_bytes(36 * n, &key)) == NULL ||
+        (out[3] = new_bytes(4 * (n + 1), &off36)) == NULL ||
+        (out[4] = new_bytes(4 * (n + 1), &off12)) == NULL ||
+        (out[5] = new_bytes(8 * n, &clock)) == NULL ||
+        (out[6] = new_bytes(8 * n, &time)) == NULL ||
+        (out[7] = new_bytes((n + 7) / 8, &valid)) == NULL ||
+        (out[8] = new_bytes(4 * n, &flags)) == NULL)
+        goto done;
+    memset(valid, 0, (size_t)((n + 7) / 8));
+    const int producer_char = 2 * PRODUCER_BYTE + 4;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *s = src + 36 * i;
+        char *l = low + 36 * i;
+        for (int j = 0; j < 36; j++) {
+            unsigned char c = s[j];
+            l[j] = (char)(c >= 'A' && c <= 'F' ? c + ('a' - 'A') : c);
+        }
+        memcpy(prod + 2 * PRODUCER_ID_LEN * i, l + producer_char, 2 * PRODUCER_ID_LEN);
+        char *k = key + 36 * i;
+        for (int j = 0; j < 36; j++)
+            k[j] = KEY_SOURCE[j] >= 0 ? l[KEY_SOURCE[j]] : (j == 14 ? '6' : '-');
+        int32_t o36 = (int32_t)(36 * i), o12 = (int32_t)(2 * PRODUCER_ID_LEN * i);
+        memcpy(off36 + 4 * i, &o36, 4);
+        memcpy(off12 + 4 * i, &o12, 4);
+        uuid_text_bytes(s, raw);
+        uint64_t ts = (uint64_t)(raw[6] & (TIME_HI_MASK >> 8)) << 56 |
+                      (uint64_t)raw[7] << 48 | (uint64_t)raw[4] << 40 | (uint64_t)raw[5] << 32 |
+                      (uint64_t)raw[0] << 24 | (uint64_t)raw[1] << 16 | (uint64_t)raw[2] << 8 |
+                      raw[3];
+        unsigned int seq = (unsigned int)raw[CLOCK_SEQ_BYTE] << 8 | raw[CLOCK_SEQ_BYTE + 1];
+        uint64_t c = ts << 4 | ((seq >> SEQ_COUNTER_SHIFT) & SEQ_COUNTER_MASK);
+        if (c >> 63) {
+            PyErr_SetString(PyExc_ValueError, "a message UUID has a clock of 2**63 or more,"
+                                              " beyond the Spark `clock` column");
+            goto done;
+        }
+        int64_t sc = (int64_t)c, us = (int64_t)(ts / 10) - UNIX_EPOCH_OFFSET / 10;
+        int32_t f = (int32_t)(seq & FLAGS_MASK);
+        memcpy(clock + 8 * i, &sc, 8);
+        memcpy(time + 8 * i, &us, 8);
+        memcpy(flags + 4 * i, &f, 4);
+        if (c != 0)
+            valid[i / 8] |= (char)(1 << (i % 8));
+    }
+    int32_t e36 = (int32_t)(36 * n), e12 = (int32_t)(2 * PRODUCER_ID_LEN * n);
+    memcpy(off36 + 4 * n, &e36, 4);
+    memcpy(off12 + 4 * n, &e12, 4);
+    result = PyTuple_New(9);
+    if (result != NULL)
+        for (int j = 0; j < 9; j++) {
+            PyTuple_SET_ITEM(result, j, out[j]);
+            out[j] = NULL;
+        }
+done:
+    for (int j = 0; j < 9; j++)
+        Py_XDECREF(out[j]);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"uuid_columns", speedups_uuid_columns, METH_VARARGS,
+     "uuid_columns(texts, n) -> tuple | None: the buffers of the UUID columns of n canonical\n"
+     "UUID strings back to back (see oncelog.spark.uuids), or None if one is not canonical."},
+    {"object_lines", speedups_object_lines, METH_O,
+     "object_lines(chunk) -> bytes | None: the int64 lengths of chunk's lines if each is\n"
+     "'{' ... '}' nesting at most 1024 deep by count of '{' and '[', else None."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "oncelog._speedups",
     .m_doc = "C fast paths of JSON-lines decoding and sequencing (see oncelog._native).",
     .m_size = sizeof(ModState),
+    .m_methods = speedups_methods,
     .m_slots = speedups_slots,
     .m_traverse = speedups_traverse,
     .m_clear = speedups_clear,

@@ -115,3 +115,9 @@ class Kernel:
         """How many transactions begun since the last checkpoint are open."""
     def producers(self) -> int:
         """How many producers are tracked."""
+
+def object_lines(chunk: bytes, /) -> bytes | None:
+    """The int64 lengths of chunk's lines if each is `{...}` (at most 1024 openers), else None."""
+
+def uuid_columns(texts: Any, n: int, /) -> tuple[bytes, ...] | None:
+    """The UUID columns' buffers of n canonical UUID texts back to back, or None."""

@@ -276,3 +276,83 @@ def pa_double() -> Any:
     import pyarrow as pa
 
     return pa.float64()
+
+
+_LINE = st.one_of(
+    st.text("{}[]a\":,1 ", max_size=12),
+    st.builds(lambda d: "{" + "[" * d + "]" * d + "}", st.sampled_from([0, 3, 1023, 1024, 1100])),
+    st.builds(lambda d: "{" + '"a":{' * d + "}" * d + "}", st.sampled_from([1, 1023, 1024])),
+    st.just('{"uuid":"x","n":1}'),
+)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(_LINE, max_size=6), newline=st.booleans())
+def test_object_line_scan_is_the_same_in_c_and_python(
+    mode: str, lines: list[str], newline: bool
+) -> None:
+    """Which chunks take Arrow's one-pass read, and their line lengths: the C scan and the
+    Arrow-kernel scan agree (each against the other: both modes must give the reference)."""
+    from oncelog.spark.batches import _object_lines
+
+    chunk = "\n".join(lines).encode() + (b"\n" if newline else b"")
+    with speedups_mode("pure"):
+        reference = _object_lines(chunk)
+    with speedups_mode(mode):
+        got = _object_lines(chunk)
+    if reference is None:
+        assert got is None
+    else:
+        assert got is not None and got.to_pylist() == reference.to_pylist()
+        assert got.to_pylist() == [len(line) for line in chunk.split(b"\n")[:-1]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(
+        st.tuples(
+            st.binary(min_size=6, max_size=6),
+            st.integers(0, (1 << 63) - 1),
+            st.integers(0, 0x3FF),
+        ),
+        max_size=20,
+    ),
+    upper=st.booleans(),
+    nil=st.booleans(),
+    as_list=st.booleans(),
+)
+def test_uuid_columns_are_the_same_in_c_and_python(
+    ids: list[tuple[bytes, int, int]], upper: bool, nil: bool, as_list: bool
+) -> None:
+    """Clock, flags, time (null for the nil UUID), producer and key of canonical UUID
+    strings in any case: the C pass equals the Arrow-kernel one, column for column."""
+    import pyarrow as pa
+
+    from oncelog.message import build_uuid
+    from oncelog.spark.uuids import NIL_TEXT, uuid_columns
+
+    texts = [str(build_uuid(p, c, f)) for p, c, f in ids] + ([NIL_TEXT] if nil else [])
+    texts = [t.upper() for t in texts] if upper else texts
+    column: Any = texts if as_list else pa.array(texts, pa.string())
+    with speedups_mode("pure"):
+        reference = uuid_columns(column)
+    if "c" not in MODES:
+        return
+    with speedups_mode("c"):
+        got = uuid_columns(column)
+    for name in ("uuid", "producer", "clock", "time", "flags", "key"):
+        assert getattr(got, name).equals(getattr(reference, name)), name
+    assert got.ids() == reference.ids()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_uuid_columns_refuse_clocks_beyond_63_bits(mode: str) -> None:
+    import pyarrow as pa
+
+    from oncelog.message import build_uuid
+    from oncelog.spark.uuids import uuid_columns
+
+    text = str(build_uuid(b"\x01" * 6, 1 << 63, 0))
+    with speedups_mode(mode), pytest.raises(ValueError, match="2\\*\\*63"):
+        uuid_columns(pa.array([text]))
