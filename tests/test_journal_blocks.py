@@ -430,11 +430,10 @@ def test_read_committed_from_mid_fragment_raises_on_a_garbled_digit(
         def route(_msg: Any) -> tuple[str, str]:
             return journal, CONTENT_TYPE_JSON_LINES
 
-        for n in range(1000, 1010):
-            pub.publish_committed(route, JSONMessage({"n": n}))
+        # Two appends (each one append, so one fragment each however slow the machine).
+        pub.publish_many(route, [JSONMessage({"n": n}) for n in range(1000, 1010)])
         pub.flush()
-        for n in range(1010, 1030):
-            pub.publish_committed(route, JSONMessage({"n": n}))
+        pub.publish_many(route, [JSONMessage({"n": n}) for n in range(1010, 1030)])
         pub.flush()
         envs = list(read_committed(client, journal))
         assert [e.message.doc["n"] for e in envs] == list(range(1000, 1030))
