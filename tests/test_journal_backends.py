@@ -120,3 +120,42 @@ def test_old_s3fs_is_refused_for_appends() -> None:
     assert not backend.can_create
     with pytest.raises(AppendNotSupported, match="2025.7.0"):
         backend.create("b/k", b"x")
+
+
+def test_memory_reads_and_listings_survive_concurrent_deletes() -> None:
+    """fsspec's memory store looks keys up twice while listing and reading: a delete in
+    between made them fail with KeyError (seen with two compactors retiring claims). Lists
+    and reads racing deletes see each object whole or not at all."""
+    import uuid
+
+    backend = MemoryBackend(fsspec.filesystem("memory"), f"/race-{uuid.uuid4().hex}")
+    directory = backend.join("claims")
+    paths = [backend.join("claims", f"{i:06d}") for i in range(400)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        try:
+            while not stop.is_set():
+                backend.delete(paths)
+                for p in paths:
+                    backend.write(p, b"claim")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    for p in paths:
+        backend.write(p, b"claim")
+    writer = threading.Thread(target=churn)
+    writer.start()
+    try:
+        for _ in range(300):
+            listed = backend.list_dir(directory)
+            assert all(o.size == len(b"claim") for o in listed)
+            try:
+                assert backend.read(paths[0]) == b"claim"
+            except FileNotFoundError:
+                pass  # deleted just before: a clean miss
+    finally:
+        stop.set()
+        writer.join(30)
+    assert not errors
