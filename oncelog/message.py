@@ -638,22 +638,17 @@ class JSONLine:
 
         try:
             doc = orjson.loads(self.line)
-        except orjson.JSONDecodeError as exc:
-            reason = f"malformed JSON frame: {exc}"
-        else:
-            if isinstance(doc, dict):
-                return doc
-            reason = f"a JSON frame must be an object, not {type(doc).__name__}"
-        from oncelog.framing.base import MalformedFrame, snippet
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict):
+            return doc
+        # A bad line: the JSON framing decodes it again, raising what eager reading raises.
+        from oncelog.framing.jsonlines import JSONFraming
 
-        raise MalformedFrame(
-            f"{reason}: {snippet(self.line)}",
-            what="malformed JSON frame",
-            journal=self.journal,
-            begin=self.begin,
-            end=self.begin + len(self.line),
-            data=self.line,
+        (env,) = JSONFraming(self.uuid_field)._decode_lines(
+            self.line, self.journal, self.begin, None
         )
+        return env.message.doc  # type: ignore[no-any-return]
 
     def uuid_text(self) -> str | None:
         """The UUID string read out of the line without parsing it, where the line's shape

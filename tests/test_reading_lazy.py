@@ -146,6 +146,7 @@ def test_a_malformed_line_is_reported_when_used_naming_journal_and_offsets(journ
     with pytest.raises(MalformedFrame) as eager:
         list(read_committed(journals, "lazy/bad"))
     assert (eager.value.begin, eager.value.end) == (err.begin, err.end)
+    assert str(eager.value) == str(err)  # word for word
 
 
 def test_a_line_lazy_reading_cannot_take_unparsed_fails_as_eagerly(journals: Any) -> None:
