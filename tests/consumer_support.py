@@ -4,7 +4,11 @@ pipeline whose outputs do not depend on transaction boundaries, and readers of b
 from __future__ import annotations
 
 import random
+import signal
+import subprocess
+import sys
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from oncelog.consumer import Consumer, Transaction
@@ -135,3 +139,29 @@ def expected_words(client: JournalClient, inputs=INPUTS) -> dict[str, int]:
         for env in read_committed(client, journal):
             counts.update(env.message.doc["text"].split())
     return dict(counts)
+
+
+def kill_children(
+    script: Any,
+    rng: random.Random,
+    attempts: int,
+    kills: int,
+    high: int,
+    argv: Callable[[int], list[str]],
+) -> int:
+    """Run `python script *argv(kill_at)` until a child completes, at most `attempts` times:
+    the first `kills` children with `kill_at` drawn from 1..`high` (the child SIGKILLs
+    itself after that many storage writes), the others with no kill point. A child that
+    fails otherwise fails the test. Returns how many were killed."""
+    killed = 0
+    for _ in range(attempts):
+        kill_at = rng.randint(1, high) if killed < kills else 10**9
+        proc = subprocess.run(
+            [sys.executable, str(script), *argv(kill_at)],
+            check=False, capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+        if proc.returncode == 0:
+            break
+        killed += 1
+    return killed

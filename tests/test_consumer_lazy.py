@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from consumer_support import (
     echo,
     echo_consumer,
     expected_echo,
+    kill_children,
     write_upstream,
 )
 
@@ -95,18 +94,11 @@ def test_sigkill_at_random_storage_writes_with_lazy_inputs(local_store: Any, see
     client = local_store.open()
     create_journals(client)
     write_upstream(client, seed=60 + seed)
-    kills = 0
-    for _ in range(5):
-        kill_at = rng.randint(1, 15) if kills < 3 else 10**9
-        proc = subprocess.run(
-            [sys.executable, str(HERE), "child", local_store.url,
-             json.dumps(local_store.storage_options), str(kill_at)],
-            check=False, capture_output=True, text=True, timeout=120,
-        )
-        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
-        if proc.returncode == 0:
-            break
-        kills += 1
+    options = json.dumps(local_store.storage_options)
+    kills = kill_children(
+        HERE, rng, attempts=5, kills=3, high=15,
+        argv=lambda kill_at: ["child", local_store.url, options, str(kill_at)],
+    )
     assert kills == 3
     assert committed_echo(client) == expected_echo(client)
 

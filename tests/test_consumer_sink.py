@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import sqlite3
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from consumer_support import INPUTS, SELECTOR, create_journals, write_upstream
+from consumer_support import INPUTS, SELECTOR, create_journals, kill_children, write_upstream
 
 from oncelog.consumer import (
     OPTIONAL_STAGES,
@@ -193,18 +191,11 @@ def test_sigkill_at_random_storage_writes(local_store, tmp_path, seed) -> None:
     create_journals(client)
     write_upstream(client, seed=20 + seed)
     path = str(tmp_path / "out.db")
-    kills = 0
-    for _ in range(5):
-        kill_at = rng.randint(1, 45) if kills < 4 else 10**9
-        proc = subprocess.run(
-            [sys.executable, str(HERE), "child", local_store.url,
-             json.dumps(local_store.storage_options), path, str(kill_at)],
-            check=False, capture_output=True, text=True, timeout=120,
-        )
-        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
-        if proc.returncode == 0:
-            break
-        kills += 1
+    options = json.dumps(local_store.storage_options)
+    kills = kill_children(
+        HERE, rng, attempts=5, kills=4, high=45,
+        argv=lambda kill_at: ["child", local_store.url, options, path, str(kill_at)],
+    )
     assert in_db(path) == expected(client), kills
 
 

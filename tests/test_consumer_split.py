@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from consumer_support import (
     echo,
     expected_echo,
     expected_words,
+    kill_children,
     to,
 )
 from test_consumer_machine import (
@@ -214,21 +213,14 @@ def test_sigkill_inside_large_upstream_transactions(local_store, seed) -> None:
     client = local_store.open()
     create_journals(client)
     big_upstream(client, seed=300 + seed, size=40)
-    kills = 0
-    for _ in range(6):
-        # Early in each child (a crash-free run makes 70-80 storage writes, a resumed one
-        # fewer): every child but the last dies, with recovery, commits and splits reached.
-        kill_at = rng.randint(1, 15) if kills < 4 else 10**9
-        proc = subprocess.run(
-            [sys.executable, str(HERE), "child", local_store.url,
-             json.dumps(local_store.storage_options), str(kill_at),
-             "batch" if seed % 2 else "each"],
-            check=False, capture_output=True, text=True, timeout=120,
-        )
-        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
-        if proc.returncode == 0:
-            break
-        kills += 1
+    options = json.dumps(local_store.storage_options)
+    mode = "batch" if seed % 2 else "each"
+    # Early in each child (a crash-free run makes 70-80 storage writes, a resumed one
+    # fewer): every child but the last dies, with recovery, commits and splits reached.
+    kills = kill_children(
+        HERE, rng, attempts=6, kills=4, high=15,
+        argv=lambda kill_at: ["child", local_store.url, options, str(kill_at), mode],
+    )
     assert kills == 4
     assert committed_echo(client) == expected_echo(client), (seed, kills)
     assert latest_words(client) == expected_words(client), (seed, kills)
