@@ -1744,6 +1744,21 @@ make(DecoderObj *d, PyTypeObject *type, newfunc new, allocfunc alloc)
  * was made), as setattr would; a new reference to value is taken. */
 #define SET(attrs, i, obj, value) ((attrs)->set[i]((attrs)->descr[i], (obj), (value)))
 
+/* Append to `out` a new Envelope of these attributes (references borrowed); -1 on error. */
+static int
+append_envelope(DecoderObj *d, PyObject *out, PyObject *journal, PyObject *begin,
+                PyObject *end, PyObject *msg, PyObject *ids)
+{
+    PyObject *env = make(d, d->env_type, d->env_new, d->env_alloc);
+    int bad = env == NULL || SET(&d->env_attrs, E_JOURNAL, env, journal) < 0 ||
+              SET(&d->env_attrs, E_BEGIN, env, begin) < 0 ||
+              SET(&d->env_attrs, E_END, env, end) < 0 ||
+              SET(&d->env_attrs, E_MESSAGE, env, msg) < 0 ||
+              SET(&d->env_attrs, E_IDS, env, ids) < 0 || PyList_Append(out, env) < 0;
+    Py_XDECREF(env);
+    return bad ? -1 : 0;
+}
+
 
 /* Byte values of two hex digits, indexed by the digits' two bytes (first << 8 | second);
  * 0x100 marks a pair that is not two hex digits. A constant table, built by the compiler. */
@@ -1946,23 +1961,12 @@ decoder_decode_json_lines(DecoderObj *d, PyObject *args)
             goto error;
         }
         last_end = Py_NewRef(end);
-        PyObject *env = make(d, d->env_type, d->env_new, d->env_alloc);
-        int bad = env == NULL || SET(&d->env_attrs, E_JOURNAL, env, journal) < 0 ||
-                  SET(&d->env_attrs, E_BEGIN, env, begin) < 0 ||
-                  SET(&d->env_attrs, E_END, env, end) < 0 ||
-                  SET(&d->env_attrs, E_MESSAGE, env, msg) < 0 ||
-                  SET(&d->env_attrs, E_IDS, env, ids) < 0;
+        int bad = append_envelope(d, out, journal, begin, end, msg, ids) < 0;
         Py_DECREF(begin);
         Py_DECREF(end);
         Py_DECREF(msg);
         Py_DECREF(ids);
-        if (bad) {
-            Py_XDECREF(env);
-            goto error;
-        }
-        int rc = PyList_Append(out, env);
-        Py_DECREF(env);
-        if (rc < 0)
+        if (bad)
             goto error;
         pos = stop;
     }
@@ -2085,22 +2089,15 @@ decoder_decode_json_lazy(DecoderObj *d, PyObject *args)
         last_end = NULL;
         PyObject *end = PyLong_FromLongLong(base + stop);
         PyObject *text = PyBytes_FromStringAndSize(l, len);
-        PyObject *msg = NULL, *env = NULL;
+        PyObject *msg = NULL;
         int bad = begin == NULL || end == NULL || text == NULL;
         if (!bad) {
             msg = make(d, d->line_type, d->line_new, d->line_alloc);
             bad = msg == NULL || SET(&d->line_attrs, L_LINE, msg, text) < 0 ||
                   SET(&d->line_attrs, L_UUID_FIELD, msg, uuid_field) < 0 ||
                   SET(&d->line_attrs, L_JOURNAL, msg, journal) < 0 ||
-                  SET(&d->line_attrs, L_BEGIN, msg, begin) < 0;
-        }
-        if (!bad) {
-            env = make(d, d->env_type, d->env_new, d->env_alloc);
-            bad = env == NULL || SET(&d->env_attrs, E_JOURNAL, env, journal) < 0 ||
-                  SET(&d->env_attrs, E_BEGIN, env, begin) < 0 ||
-                  SET(&d->env_attrs, E_END, env, end) < 0 ||
-                  SET(&d->env_attrs, E_MESSAGE, env, msg) < 0 ||
-                  SET(&d->env_attrs, E_IDS, env, ids) < 0;
+                  SET(&d->line_attrs, L_BEGIN, msg, begin) < 0 ||
+                  append_envelope(d, out, journal, begin, end, msg, ids) < 0;
         }
         if (!bad)
             last_end = Py_NewRef(end); /* one int object for a frame's end and the next begin */
@@ -2109,13 +2106,7 @@ decoder_decode_json_lazy(DecoderObj *d, PyObject *args)
         Py_XDECREF(text);
         Py_XDECREF(msg);
         Py_DECREF(ids);
-        if (bad) {
-            Py_XDECREF(env);
-            goto error;
-        }
-        int rc = PyList_Append(out, env);
-        Py_DECREF(env);
-        if (rc < 0)
+        if (bad)
             goto error;
         pos = stop;
     }

@@ -25,13 +25,16 @@ if TYPE_CHECKING:
 
 __all__ = ["read_committed_arrow", "committed_record_batches"]
 
+_BATCH_ROWS = 65_536
+"""The most rows a record batch holds (a table is made of such batches)."""
+
 
 def committed_record_batches(
     client: "JournalClient",
     journal: str,
     *,
     end: int | None = None,
-    batch_rows: int = 65_536,
+    batch_rows: int = _BATCH_ROWS,
     proto_class: str | None = None,
     chunk_bytes: int = 8 << 20,
 ) -> Iterator["pa.RecordBatch"]:
@@ -44,12 +47,14 @@ def committed_record_batches(
     Batches come as commits are decided; rows decided together are in offset order, so
     transactions committed close together may interleave: sort by `(commit_offset, begin)`
     for read_committed's order (`read_committed_arrow` does)."""
-    return _batches(client, journal, end, batch_rows, proto_class, chunk_bytes, None)
+    content_type = client.get(journal).content_type
+    return _batches(client, journal, content_type, end, batch_rows, proto_class, chunk_bytes, None)
 
 
 def _batches(
     client: "JournalClient",
     journal: str,
+    content_type: str,
     end: int | None,
     batch_rows: int,
     proto_class: str | None,
@@ -65,8 +70,7 @@ def _batches(
     from oncelog.spark.read import journal_batches
     from oncelog.spark.schema import MessageKind, message_kind, source_arrow_schema
 
-    spec = client.get(journal)
-    kind = message_kind(spec.content_type, None)
+    kind = message_kind(content_type, None)
     message_type = pa.string() if kind.spark_type == "string" else pa.binary()
     raw_options = {
         "store": "-",
@@ -78,8 +82,7 @@ def _batches(
         raw_options["proto_class"] = proto_class
     options = ReadOptions.parse(raw_options)
     if struct is None:
-        decoder = decoder_for(client, options, journal, spec.content_type, message_type,
-                              threads=True)
+        decoder = decoder_for(client, options, journal, content_type, message_type, threads=True)
     else:
         message_type = struct
         parsed = MessageKind(kind.content_type, "struct", kind.trim, parsed=True)
@@ -195,16 +198,19 @@ def read_committed_arrow(
         struct = _inferred_struct(client, journal)
         if struct is not None:
             try:
-                batches = list(_batches(client, journal, end, 65_536, None, chunk_bytes, struct))
+                batches = list(_batches(
+                    client, journal, content_type, end, _BATCH_ROWS, None, chunk_bytes, struct
+                ))
             except BadMessage:
                 pass
             else:
                 return _flattened(_table(batches, source_arrow_schema(struct)))
     kind = message_kind(content_type, None)
     text_schema = source_arrow_schema(pa.string() if kind.spark_type == "string" else pa.binary())
-    table = _table(
-        list(_batches(client, journal, end, 65_536, proto_class, chunk_bytes, None)), text_schema
-    )
+    batches = list(_batches(
+        client, journal, content_type, end, _BATCH_ROWS, proto_class, chunk_bytes, None
+    ))
+    table = _table(batches, text_schema)
     if not parse:
         return table
     meta = table.drop_columns(["message"])

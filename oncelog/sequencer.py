@@ -828,12 +828,12 @@ class Sequencer(SequencingKernel):
     read-only views.
 
     The ring: by default (`buffer=None`) it starts at 1,024 envelopes (`buffer=N` with
-    `max_bytes=M`: at N) and doubles
-    whenever the next queued envelope would otherwise drop the first message of a
-    transaction still open, as long as twice the journal bytes it holds stay within
-    `max_bytes` (default `DEFAULT_MAX_BYTES`, 32 MiB; decoded messages take a few times
-    their journal bytes in memory). A transaction that fits is committed from memory
-    (ACK_COMMIT_RING); a larger one is re-read from the journal (ACK_COMMIT_REPLAY).
+    `max_bytes=M`: at N) and doubles whenever the next queued envelope would otherwise
+    drop the first message of a transaction still open, as long as twice the journal
+    bytes it holds stay within `max_bytes` (default `DEFAULT_MAX_BYTES`, 32 MiB; decoded
+    messages take a few times their journal bytes in memory). A transaction that fits is
+    committed from memory (ACK_COMMIT_RING); a larger one is re-read from the journal
+    (ACK_COMMIT_REPLAY).
     The ring never shrinks. `buffer=N` alone keeps a fixed ring of N envelopes, Gazette's
     exact semantics, outcome for outcome. Delivered envelopes, offsets and checkpoints
     are the same whatever the ring: only the replays differ.

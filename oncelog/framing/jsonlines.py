@@ -109,7 +109,6 @@ class JSONFraming:
         # Lines cut from bytes parse faster than lines cut from a bytearray.
         data = buf if type(buf) is bytes else bytes(buf)
         cut = data.rfind(b"\n") + 1
-        partial = len(data) - cut
         factory = new_message or self.new_message
         if factory is JSONLine:
             return self._decode_lazy(data, journal, base, final, cut)
@@ -129,19 +128,7 @@ class JSONFraming:
             except FrameDecodeError as exc:
                 exc.envelopes[:0] = envelopes
                 raise
-        if final and partial:
-            tail = data[cut:]
-            raise TruncatedFrame(
-                f"data ends inside a JSON line of {partial} bytes with no newline: "
-                f"{snippet(tail)}",
-                what="truncated JSON frame",
-                journal=journal,
-                begin=base + cut,
-                end=base + len(data),
-                data=tail,
-                envelopes=envelopes,
-            )
-        return DecodeResult(envelopes, cut, base + cut)
+        return _result(data, cut, journal, base, final, envelopes)
 
     def _decode_lazy(
         self, data: bytes, journal: str, base: int, final: bool, cut: int
@@ -195,19 +182,7 @@ class JSONFraming:
                         env._ids = eager._ids
                     envelopes.append(env)
             batch_built(len(envelopes))
-        if final and len(data) > cut:
-            tail = data[cut:]
-            raise TruncatedFrame(
-                f"data ends inside a JSON line of {len(tail)} bytes with no newline: "
-                f"{snippet(tail)}",
-                what="truncated JSON frame",
-                journal=journal,
-                begin=base + cut,
-                end=base + len(data),
-                data=tail,
-                envelopes=envelopes,
-            )
-        return DecodeResult(envelopes, cut, base + cut)
+        return _result(data, cut, journal, base, final, envelopes)
 
     def _decode_lines(
         self,
@@ -265,3 +240,23 @@ def _split_lines(data: bytes) -> list[bytes]:
         lines.pop()
         return list(map(add, lines, repeat(b"\n")))
     return data.splitlines(keepends=True)
+
+
+def _result(
+    data: bytes, cut: int, journal: str, base: int, final: bool, envelopes: list[Envelope]
+) -> DecodeResult:
+    """The result of decoding the lines of `data[:cut]` into `envelopes`; TruncatedFrame if
+    the data is `final` and a line after `cut` has no newline."""
+    if final and len(data) > cut:
+        tail = data[cut:]
+        raise TruncatedFrame(
+            f"data ends inside a JSON line of {len(tail)} bytes with no newline: "
+            f"{snippet(tail)}",
+            what="truncated JSON frame",
+            journal=journal,
+            begin=base + cut,
+            end=base + len(data),
+            data=tail,
+            envelopes=envelopes,
+        )
+    return DecodeResult(envelopes, cut, base + cut)

@@ -62,7 +62,7 @@ _MAX_RUNS = 64
 
 
 def _selected(batch: pa.RecordBatch, mask: pa.BooleanArray, rows: int) -> Iterator[pa.RecordBatch]:
-    """The rows of `batch` where `mask` (no nulls) is true, at most `rows` a batch: zero-copy
+    """The rows of `batch` where `mask` is true (null: false), at most `rows` a batch: zero-copy
     slices of its runs of true rows when there are few (the usual case: all but a
     transaction's ACK and the rows still pending), one filtered copy otherwise."""
     n = len(mask)

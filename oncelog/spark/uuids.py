@@ -84,16 +84,10 @@ def _canonical_buffer(texts: Sequence[object] | pa.Array) -> bytes | None:
     """The rows' lower-case UUID strings back to back, if every row is a canonical string."""
     n = len(texts)
     if isinstance(texts, pa.Array):
-        if texts.null_count or not pa.types.is_string(texts.type):
+        values = _texts_36(texts)
+        if values is None:
             return None
-        if n and pc.min_max(pc.binary_length(texts)).as_py() != {"min": 36, "max": 36}:
-            return None
-        offsets = texts.offset
-        data = texts.buffers()[2]
-        if data is None:
-            return None if n else b""
-        first = int.from_bytes(texts.buffers()[1][offsets * 4 : offsets * 4 + 4], "little")
-        raw = data.to_pybytes()[first : first + 36 * n]
+        raw = values.to_pybytes()
     else:
         try:
             joined = "".join(texts)  # type: ignore[arg-type]
@@ -157,10 +151,13 @@ def uuid_columns(
 
 
 def _texts_36(texts: pa.Array) -> pa.Buffer | None:
-    """The bytes of a string array's values back to back, if each is 36 characters long."""
+    """The bytes of a string array's values back to back (no copy), if each is a string of
+    36 characters (no nulls); None otherwise."""
     n = len(texts)
-    if not n or texts.null_count or not pa.types.is_string(texts.type):
+    if texts.null_count or not pa.types.is_string(texts.type):
         return None
+    if not n:
+        return pa.py_buffer(b"")
     if pc.min_max(pc.binary_length(texts)).as_py() != {"min": 36, "max": 36}:
         return None
     offsets, data = texts.buffers()[1], texts.buffers()[2]
