@@ -587,7 +587,11 @@ class Txn:
     the dead node **rolls the transaction back** there (an ACK re-asserting the clock before
     its first message) and raises TRANSACTION_EXPIRED. Both wait for the new owner for up to
     the client's `retry_timeout`; past it they raise (then nothing was committed by the
-    client, and a commit's outcome is unknown)."""
+    client, and a commit's outcome is unknown).
+
+    A transaction may be shared by threads: its UUIDs (one producer, clocks growing) are
+    stamped and queued on its stream under one lock, so they reach the node in clock order
+    (the node refuses a clock below one it has seen)."""
 
     def __init__(self, client: StreamingClient, channel: str, vchannel: str,
                  keepalive: float | None) -> None:
@@ -597,6 +601,9 @@ class Txn:
         self._producer = new_producer_id()
         self._clock = Clock()
         self._first_clock = 0  # of the first message sent
+        # Held from stamping a request's UUIDs until it is queued on the stream: clocks
+        # leave in the order they were stamped, whatever thread appends or commits.
+        self._lock = threading.Lock()
         self._stream = _Stream(client, client._owner_address(channel), channel,
                                self._answered, self._broken)
         ms = 0 if keepalive is None else max(1, int(keepalive * 1000))
@@ -638,7 +645,12 @@ class Txn:
                     stream.close()
             except StreamingError as exc:
                 error = exc
-                if not _node_lost(exc) or time.monotonic() >= deadline:
+                if not _node_lost(exc):
+                    raise StreamingError(error.code, f"transaction {self.txn_id} on "
+                                         f"{self.channel!r}: its stream failed ({why.cause}) "
+                                         f"and the channel's owner refused to finish it: "
+                                         f"{error.cause}") from None
+                if time.monotonic() >= deadline:
                     raise StreamingError(error.code, f"transaction {self.txn_id} on "
                                          f"{self.channel!r}: its node failed ({why.cause}) and "
                                          f"the new owner could not be reached: {error.cause}"
@@ -662,12 +674,15 @@ class Txn:
     def append_messages(self, msgs: Iterable[Payload], *,
                         properties: dict[str, str] | None = None) -> list[MessageID]:
         messages = [_message(m, self.vchannel, properties) for m in msgs]
-        self._clock.update()
-        for m in messages:
-            m.uuid = str(build_uuid(self._producer, self._clock.tick(), CONTINUE_TXN))
-            self._first_clock = self._first_clock or self._clock.value
+        req = _Req("produce", messages, txn_id=self.txn_id)
         try:
-            result = self._request(_Req("produce", messages, txn_id=self.txn_id))
+            with self._lock:
+                self._clock.update()
+                for m in messages:
+                    m.uuid = str(build_uuid(self._producer, self._clock.tick(), CONTINUE_TXN))
+                    self._first_clock = self._first_clock or self._clock.value
+                self._stream.send(req)
+            result = req.future.result()
         except StreamingError as exc:
             if not _node_lost(exc):
                 raise
@@ -681,11 +696,13 @@ class Txn:
         """Commit: every appended message becomes visible at once. Returns the commit's time
         tick. TRANSACTION_EXPIRED if it outlived its keepalive (nothing is committed)."""
         try:
-            self._clock.update()
-            ack = str(build_uuid(self._producer, self._clock.tick(), ACK_TXN))
             try:
-                result = self._request(_Req("commit_txn", txn_id=self.txn_id,
-                                            extra={"ack_uuid": ack}))
+                with self._lock:
+                    self._clock.update()
+                    ack = str(build_uuid(self._producer, self._clock.tick(), ACK_TXN))
+                    req = _Req("commit_txn", txn_id=self.txn_id, extra={"ack_uuid": ack})
+                    self._stream.send(req)
+                result = req.future.result()
             except StreamingError as exc:
                 if not _node_lost(exc) or not self._first_clock:
                     raise
@@ -722,6 +739,24 @@ class Txn:
                 self.rollback()
             except StreamingError:
                 pass
+
+
+def _broadcast_uuid() -> str:
+    """The UUID of one broadcast: a producer used for nothing else, its clock now.
+
+    The node publishes channel k's copy at clock + k and then the ACKs (2 clocks per
+    channel), and every resend repeats this UUID, so a copy appended twice (a lost reply, a
+    node that failed after acting, a zombie that resumes late) is dropped by read-committed
+    readers as a duplicate. A producer shared by two broadcasts would need their clocks to
+    reach each journal in clock order, which nothing orders across concurrent unary calls,
+    nor across a stale copy of an earlier broadcast (or a recovered commit record re-
+    appending its ACKs) landing while a later one is half-written: a lower-clock ACK then
+    rolls the later one back. With one producer per broadcast neither can happen; the cost
+    is one producer state per broadcast and channel in readers (pruned by checkpoints'
+    `prune_horizon`), as with every transaction (`Txn`) and every `Publisher`."""
+    clock = Clock()
+    clock.update()
+    return str(build_uuid(new_producer_id(), clock.tick(), OUTSIDE_TXN))
 
 
 def _node_lost(exc: StreamingError) -> bool:
@@ -904,8 +939,6 @@ class StreamingClient:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, pb_grpc.StreamingNodeServiceStub] = {}
         self._producers: dict[str, _ChannelProducer] = {}
-        self._broadcast_producer = new_producer_id()
-        self._broadcast_clock = Clock()  # guarded by _lock
 
     def _stub(self, address: str) -> pb_grpc.StreamingNodeServiceStub:
         with self._lock:
@@ -1015,18 +1048,15 @@ class StreamingClient:
         """Append `msg` to every channel atomically (one transaction across them). The
         channels must be owned by one node. After a lost reply or a failed node it is resent
         (for up to `retry_timeout`) with the same UUIDs, so readers get it once per channel;
-        the ids returned are those of the copy that was acknowledged."""
+        the ids returned are those of the copy that was acknowledged.
+
+        Each broadcast is stamped with a producer of its own (see `_broadcast_uuid`), so
+        concurrent broadcasts from any number of threads are independent: none can be
+        dropped, or rolled back, by another's clocks reaching the journal in another order."""
         if not channels:
             raise ValueError("broadcast needs channels")
         message = _message(msg, vchannel)
-        with self._lock:
-            # The node publishes channel k's copy at clock base + k and the ACKs after them:
-            # 2 clocks per channel are ours, and a resend repeats every UUID.
-            self._broadcast_clock.update()
-            base = self._broadcast_clock.tick()
-            for _ in range(2 * len(channels)):
-                self._broadcast_clock.tick()
-        message.uuid = str(build_uuid(self._broadcast_producer, base, OUTSIDE_TXN))
+        message.uuid = _broadcast_uuid()
         request = pb.BroadcastRequest(channels=list(channels), message=message)
         deadline = time.monotonic() + self.retry_timeout
         delay = 0.05

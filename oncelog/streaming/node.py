@@ -26,6 +26,7 @@ import random
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ __all__ = ["NodeConfig", "StreamingNode", "decode_message", "encode_message", "s
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-ndjson"
+_KNOWN_TXNS = 1 << 16
+"""Client-stamped transactions a node remembers (for orphan commits and rollbacks)."""
 _NIL_PRODUCER = bytes(6)
 
 
@@ -114,6 +117,27 @@ def decode_message(doc: dict[str, Any]) -> pb.Message:
         uuid=str(doc.get("uuid") or ""),
         properties={str(k): str(v) for k, v in props.items()} if isinstance(props, dict) else {},
     )
+
+
+def message_size(msg: pb.Message) -> int:
+    """The size `--max-message-bytes` bounds: the payload's bytes plus the UTF-8 bytes of
+    every property's key and value. Produce and Broadcast both count with this, so one
+    message passes or fails the limit whichever way it is sent."""
+    return len(msg.payload) + sum(
+        len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in msg.properties.items()
+    )
+
+
+def check_message_size(msg: pb.Message, limit: int, what: str, effect: str) -> None:
+    """Raise INVALID_ARGUMENT naming `what` (e.g. "message 3"), its size, the node's `limit`
+    and `effect` (what was not done) if `msg` is larger than `limit` bytes."""
+    size = message_size(msg)
+    if size > limit:
+        raise StreamingError(
+            Code.INVALID_ARGUMENT,
+            f"{what} is {size} bytes (payload and properties); the node's limit is {limit} "
+            f"bytes: {effect}",
+        )
 
 
 def _to(journal: str) -> Callable[[Any], tuple[str, str]]:
@@ -249,10 +273,18 @@ class _ProducerStream:
     # The pump: reads requests in order -------------------------------------------------
 
     def pump(self, requests: Iterator[pb.ProduceRequest]) -> None:
+        """Handle the stream's requests in order. When it ends, open transactions are rolled
+        back, except, if it broke (no `close`), those whose UUIDs the client stamps: the
+        client finishes them itself through a new stream (an orphan commit or rollback, see
+        `_orphan_ack`), and their keepalive rolls back those it abandons. Rolling one back
+        here would race that commit's ACK, and the lower rollback ACK landing first would
+        discard messages whose commit was then acknowledged."""
+        closed = False
         try:
             for req in requests:
                 kind = req.WhichOneof("request")
                 if kind == "close":
+                    closed = True
                     break
                 self.pending.put(self._handle(kind, req))
         except grpc.RpcError:
@@ -261,7 +293,8 @@ class _ProducerStream:
             log.exception("produce stream of %r failed", self.channel.name)
         finally:
             for txn in list(self.txns.values()):
-                self._rollback(txn, "rolled back")
+                if closed or not txn.stamped_by_client:
+                    self._rollback(txn, "rolled back")
             self.pending.put(None)
 
     def _handle(self, kind: str | None, req: pb.ProduceRequest) -> _Pending:
@@ -284,7 +317,7 @@ class _ProducerStream:
             return self._answer(request_id, Code.ON_SHUTDOWN, "the node is shutting down")
         try:
             if kind in ("commit_txn", "rollback_txn") and body.orphan:
-                return self._orphan_ack(request_id, body)
+                return self._orphan_ack(request_id, body, commit=kind == "commit_txn")
             if kind == "produce":
                 return self._produce(request_id, body)
             if kind == "begin_txn":
@@ -403,13 +436,8 @@ class _ProducerStream:
                 f"{cfg.max_messages_per_request}",
             )
         for i, msg in enumerate(messages):
-            size = len(msg.payload) + sum(len(k) + len(v) for k, v in msg.properties.items())
-            if size > cfg.max_message_bytes:
-                raise StreamingError(
-                    Code.INVALID_ARGUMENT,
-                    f"message {i} is {size} bytes (payload and properties); the node's limit "
-                    f"is {cfg.max_message_bytes} bytes: nothing of this request was appended",
-                )
+            check_message_size(msg, cfg.max_message_bytes, f"message {i}",
+                               "nothing of this request was appended")
 
     def _client_uuid(self, text: str, flags: int, producer: bytes | None, last: int) -> tuple[
         bytes, int
@@ -549,12 +577,15 @@ class _ProducerStream:
             msgs = [pb.Message(payload=m.payload, properties=m.properties,
                                vchannel=txn.vchannel, uuid=m.uuid) for m in body.messages]
             if by_client:
+                first = txn.producer is None
                 lines, producer, last = [], txn.producer, txn.last_clock
                 for msg in msgs:
                     producer, last = self._client_uuid(msg.uuid, CONTINUE_TXN, producer, last)
                     txn.first_clock = txn.first_clock or last
                     lines.append(encode_message(msg, msg.uuid))
                 txn.producer, txn.last_clock = producer, last
+                if first and producer is not None:
+                    self.node.remember_txn(self.channel.name, producer, txn)
                 pending = self._append(request_id, lines, last, txn_id=txn.txn_id)
             else:
                 pending = self._append(
@@ -593,17 +624,24 @@ class _ProducerStream:
             txn.state = "committed"
             return pending
 
-    def _orphan_ack(self, request_id: int, body: Any) -> _Pending:
-        """Commit or roll back a transaction opened on a node that died: append the client's
-        ACK as it is (after the fencing check, like a commit). Its messages are durable (the
-        client commits an orphan only once every append was acknowledged), so the ACK alone
-        commits them, or, re-asserting the clock before them, rolls them back. A copy of an
-        ACK the dead node appended already changes nothing."""
+    def _orphan_ack(self, request_id: int, body: Any, *, commit: bool) -> _Pending:
+        """Commit or roll back a transaction whose stream broke, opened on a node that died
+        or on this one: append the client's ACK as it is (after the fencing check, like a
+        commit). Its messages are durable (the client commits an orphan only once every
+        append was acknowledged), so the ACK alone commits them, or, re-asserting the clock
+        before them, rolls them back. A copy of an ACK the dead node appended already
+        changes nothing.
+
+        A transaction this node still knows (its producer's, see `remember_txn`) is settled
+        under its lock first: an open one is marked finished (its keepalive can no longer
+        roll it back behind the commit's ACK), and a commit of one this node already rolled
+        back (its keepalive ran out) is refused with TRANSACTION_EXPIRED, nothing appended:
+        the rollback ACK is in the journal before it, so the ACK would commit nothing."""
         if not body.ack_uuid:
             raise StreamingError(Code.INVALID_ARGUMENT, "an orphan commit or rollback needs "
                                  "its ack_uuid")
         try:
-            _, clock, flags = parse_uuid_fields(body.ack_uuid)
+            producer, clock, flags = parse_uuid_fields(body.ack_uuid)
         except ValueError:
             raise StreamingError(Code.INVALID_ARGUMENT,
                                  f"not a message UUID: {body.ack_uuid!r}") from None
@@ -612,8 +650,25 @@ class _ProducerStream:
                                  f"UUID {body.ack_uuid} is not an acknowledgement")
         if not self.channel.confirm():
             raise StreamingError(Code.CHANNEL_FENCED, self.channel.fenced or "fenced")
-        pending = self._append(request_id, [orjson.dumps({"uuid": body.ack_uuid}) + b"\n"],
-                               clock)
+        line = orjson.dumps({"uuid": body.ack_uuid}) + b"\n"
+        txn = self.node.known_txn(self.channel.name, producer)
+        if txn is None:
+            pending = self._append(request_id, [line], clock)
+            pending.sizes = [[]]
+            return pending
+        with txn.lock:
+            if txn.state == "open":
+                if txn.timer is not None:
+                    txn.timer.cancel()
+                txn.state = "committed" if commit else "rolled back"
+            elif commit and txn.state in ("rolled back", "expired"):
+                raise StreamingError(
+                    Code.TRANSACTION_EXPIRED,
+                    f"transaction {txn.txn_id} on {self.channel.name!r} was {txn.state} on "
+                    f"this node before its commit arrived (keepalive {txn.keepalive:g} s): "
+                    "nothing was committed",
+                )
+            pending = self._append(request_id, [line], clock)  # in order, under the lock
         pending.sizes = [[]]
         return pending
 
@@ -645,6 +700,10 @@ class _ProducerStream:
             return
         ack = str(build_uuid(txn.producer, txn.first_clock - 1, ACK_TXN))
         try:
+            # The client may finish a transaction it stamps on the channel's next owner
+            # (an orphan commit): a node that lost the channel must not roll it back.
+            if txn.stamped_by_client and not self.channel.confirm():
+                return
             self.node.client.append(self.channel.name, orjson.dumps({"uuid": ack}) + b"\n")
         except Exception as exc:  # noqa: BLE001 - never acknowledged: readers drop it anyway
             log.warning("rollback of a transaction on %r failed: %s", self.channel.name, exc)
@@ -771,12 +830,27 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         self.closing = False
         self._lock = threading.Lock()
         self._owned: dict[str, _Channel] = {}
+        # Client-stamped transactions by (channel, producer), newest last (at most
+        # _KNOWN_TXNS): orphan commits and rollbacks settle them (see _orphan_ack).
+        self._txns: OrderedDict[tuple[str, bytes], _Txn] = OrderedDict()
         self._tick_producer = new_producer_id()
         self._tick_clock = Clock()
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
         self._heartbeat: meta.Heartbeat | None = None
         self._leases = meta.LeaseWatcher(client, config.lease_timeout)
+
+    def remember_txn(self, channel: str, producer: bytes, txn: _Txn) -> None:
+        """Know `txn` (client-stamped, of `producer`) for orphan commits and rollbacks sent
+        on another stream of this node; the oldest are forgotten past _KNOWN_TXNS."""
+        with self._lock:
+            self._txns[(channel, producer)] = txn
+            while len(self._txns) > _KNOWN_TXNS:
+                self._txns.popitem(last=False)
+
+    def known_txn(self, channel: str, producer: bytes) -> _Txn | None:
+        with self._lock:
+            return self._txns.get((channel, producer))
 
     # Ownership --------------------------------------------------------------------------
 
@@ -1156,10 +1230,9 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             names = list(dict.fromkeys(request.channels))
             if not names:
                 raise StreamingError(Code.INVALID_ARGUMENT, "a broadcast needs channels")
-            size = len(request.message.payload)
-            if size > self.config.max_message_bytes:
-                raise StreamingError(Code.INVALID_ARGUMENT, f"message of {size} bytes exceeds "
-                                     f"the limit of {self.config.max_message_bytes}")
+            check_message_size(request.message, self.config.max_message_bytes,
+                               "the broadcast message",
+                               f"nothing was appended to channels {names}")
             channels = [self._owned_channel(n, 0) for n in names]
             if not all(c.confirm() for c in channels):
                 raise StreamingError(Code.CHANNEL_FENCED, "a channel was taken by another node")
