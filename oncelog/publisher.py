@@ -37,7 +37,7 @@ from oncelog.message import (
 
 if TYPE_CHECKING:
     from oncelog.journal import AppendResult, AsyncAppend, JournalClient
-    from oncelog.transactions import TransactionalLog
+    from oncelog.transactions import TransactionalLog, TransactionRecord
 
 __all__ = [
     "Publisher",
@@ -166,8 +166,11 @@ class Publisher:
     With `transactional_id`, instances of one service take over from each other: a new
     instance finishes the last commit of the one before (rolls it forward), rolls back
     what that one left uncommitted, and fences it out: the older instance's next commit
-    raises `FencedOut` and commits nothing. Creating such a publisher reads and writes the
-    id's records (a few requests). Each commit then writes one record before its ACKs.
+    raises `FencedOut` and commits nothing. (A commit whose record the older instance had
+    written when the new one took over is finished by the new one: it is committed, and the
+    older instance reports it so, then raises `FencedOut` from its next use.) Creating such
+    a publisher reads and writes the id's records (a few requests). Each commit then writes
+    one record before its ACKs.
     """
 
     def __init__(
@@ -585,7 +588,9 @@ class Publisher:
         Raises `FencedOut` (committing nothing) when a newer instance with the same
         transactional id took over, and TransactionError when the commit's outcome is
         unknown (its record may exist and be rolled forward later): this publisher then
-        refuses further transactions; make a new one.
+        refuses further transactions; make a new one. A commit whose record the newer
+        instance took over is committed: it returns normally, and `fenced` is True (the
+        next transaction raises `FencedOut`).
         """
         if self._in_transaction:
             raise TransactionError("a transaction is already open on this publisher")
@@ -719,13 +724,16 @@ class Publisher:
     def _take_over(self) -> None:
         """Become the owner of our transactional id: fence the previous instance by writing
         the record after its last one, then roll its last commit forward and its
-        uncommitted leftovers back (both harmless if already done)."""
-        from oncelog.transactions import TransactionRecord, append_intents
+        uncommitted leftovers back (both harmless if already done).
 
+        The fence carries those ACKs (the previous record's intents and rollbacks) and is
+        written before they are appended: killed at any point of this, we leave a newest
+        record from which the next instance appends them again. We write no other record
+        (the only writes that prune) before they are all durable."""
         assert self._log is not None
         for _ in range(RECOVERY_ATTEMPTS):
             seq, previous = self._log.latest()
-            fence = TransactionRecord("fence", producer=self.producer_id, clock=self.clock.value)
+            fence = self._log.fence(seq, previous, self.producer_id, self.clock.value)
             if self._log.write(seq + 1, fence):
                 break
         else:
@@ -734,18 +742,37 @@ class Publisher:
                 f"{RECOVERY_ATTEMPTS} records meanwhile"
             )
         self._seq = seq + 1
-        if previous is not None:
-            if previous.intents:
-                log.info("%r: rolling forward the last commit of %s", self, previous.producer.hex())
-            append_intents(self.client, previous.intents)
-            append_intents(self.client, previous.rollbacks)
+        self._roll_forward(fence)
+
+    def _roll_forward(self, fence: "TransactionRecord") -> None:
+        """Append what our fence took over: the last commit's ACKs, then the rollbacks of
+        what the previous instance(s) left uncommitted."""
+        from oncelog.transactions import append_intents
+
+        if fence.intents:
+            log.info(
+                "%r: rolling forward the commit of record %d of transactional id %r",
+                self, fence.previous_seq, self.transactional_id,
+            )
+        append_intents(self.client, fence.intents)
+        append_intents(self.client, fence.rollbacks)
 
     def _write_record(self, kind: str, intents: list[AckIntent]) -> None:
         """Write our next record (caller holds _txn_lock); FencedOut if another instance
-        of our id wrote one first."""
-        from oncelog.transactions import TransactionRecord
+        of our id wrote one first.
+
+        A commit record that was created, but found a newer record right after (we were
+        paused between the two steps while a new instance took over), may have been taken
+        over, and then it IS committed: the fence of the instance that took it over names
+        it, and that instance (or the next) rolls it forward. Its fate is read from that
+        durable state (`TransactionalLog.taken_over`): taken over, we return normally (the
+        caller appends the ACKs too, harmless) with this publisher fenced out from then on;
+        not taken over, FencedOut (nothing committed); no longer knowable (the evidence was
+        pruned), TransactionError saying so."""
+        from oncelog.transactions import Placement, TransactionRecord
 
         assert self._log is not None
+        seq = self._seq + 1
         record = TransactionRecord(
             kind,
             intents,
@@ -755,25 +782,58 @@ class Publisher:
             journals=sorted(self._templates),
             rollbacks=self._rollback_everywhere(),
         )
+        tid = self.transactional_id
         try:
-            won = self._log.write(self._seq + 1, record)
+            placement = self._log.put(seq, record)
+            fate = (
+                self._log.taken_over(seq, record)
+                if placement is Placement.SUPERSEDED and kind == "commit"
+                else False
+            )
         except Exception as exc:
             self._broken = (
-                f"{self!r}: writing record {self._seq + 1} of transactional id "
-                f"{self.transactional_id!r} failed with an unknown outcome ({exc}); make a "
-                "new publisher with the id: it finishes or rolls back this one's work"
+                f"{self!r}: writing record {seq} of transactional id {tid!r} failed with an "
+                f"unknown outcome ({exc}); make a new publisher with the id: it finishes or "
+                "rolls back this one's work"
             )
             raise TransactionError(self._broken) from exc
-        if not won:
+        if placement is Placement.WON:
+            self._seq = seq
+            if self._seq % self._log.keep == 0:
+                self._log.prune()
+            return
+        self._pending.clear()
+        if fate is True:
             self._fenced = (
-                f"{self!r} is fenced out: another instance with transactional id "
-                f"{self.transactional_id!r} took over; this {kind} was not committed"
+                f"{self!r} is fenced out: another instance with transactional id {tid!r} "
+                f"took over; its last commit (record {seq}, journals "
+                f"{sorted({a.journal for a in intents})}) was taken over by that instance and "
+                "IS committed"
             )
-            self._pending.clear()
-            raise FencedOut(self._fenced)
-        self._seq += 1
-        if self._seq % self._log.keep == 0:
-            self._log.prune()
+            log.warning("%s", self._fenced)
+            return
+        if fate is None:
+            self._fenced = (
+                f"{self!r} is fenced out: another instance with transactional id {tid!r} "
+                f"took over while this publisher was paused after writing commit record "
+                f"{seq} (journals {sorted({a.journal for a in intents})}), and the records "
+                "that tell whether it was taken over were pruned since"
+            )
+            raise TransactionError(
+                f"{self._fenced}: the commit's outcome is unknown (committed if that "
+                "instance took it over, else not); read the journals to know"
+            )
+        if placement is Placement.TAKEN:
+            why = f"record {seq} was taken"
+        elif kind == "commit":
+            why = f"record {seq} landed in a seq freed by pruning and was never taken over"
+        else:
+            why = f"a record newer than {seq} exists"
+        self._fenced = (
+            f"{self!r} is fenced out: another instance with transactional id {tid!r} took "
+            f"over ({why}); this {kind} was not committed"
+        )
+        raise FencedOut(self._fenced)
 
     def _rollback_everywhere(self) -> list[AckIntent]:
         """Per journal we ever wrote uncommitted: an ACK re-asserting our last acknowledged

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import logging
 import re
 import uuid
@@ -97,7 +98,13 @@ class TransactionRecord:
     and when. `token` is unique to the write, so a writer whose reply was lost recognises
     its own record. `acked` maps each journal the writer ever acknowledged to the clock it
     last acknowledged there (what a rollback of its leftovers re-asserts); `journals`
-    lists every journal the writer may hold uncommitted messages in."""
+    lists every journal the writer may hold uncommitted messages in.
+
+    In a transactional id's chain, `intents` then `rollbacks` are what the next instance
+    appends when this record is the newest. A fence carries those of the record it took
+    over (so a takeover killed at any point leaves them to the next one), and names that
+    record by `previous_seq` and `previous_token`: the durable proof that the record was
+    taken over, and so rolled forward (its writer reads it to learn its commit's fate)."""
 
     kind: str
     intents: list[AckIntent] = field(default_factory=list)
@@ -109,6 +116,8 @@ class TransactionRecord:
     created: datetime = field(default_factory=_now)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     path: str = ""
+    previous_seq: int = 0
+    previous_token: str = ""
 
     @property
     def intent_journals(self) -> list[str]:
@@ -127,6 +136,8 @@ class TransactionRecord:
                 "acked": self.acked,
                 "journals": self.journals,
                 "rollbacks": _intents_doc(self.rollbacks),
+                "previous_seq": self.previous_seq,
+                "previous_token": self.previous_token,
             }
         )
 
@@ -153,6 +164,8 @@ class TransactionRecord:
                 created=datetime.fromisoformat(doc["created"]),
                 token=str(doc["token"]),
                 path=path,
+                previous_seq=int(doc.get("previous_seq") or 0),
+                previous_token=str(doc.get("previous_token") or ""),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise TransactionRecordError(
@@ -290,6 +303,19 @@ def commit_once(
 _SEQ_NAME = re.compile(r"^([0-9a-f]{16})\.json$")
 
 
+class Placement(enum.Enum):
+    """How a record write into a transactional id's chain ended (`TransactionalLog.put`)."""
+
+    WON = "won"
+    """Created at its seq, nothing newer: the writer owns the id."""
+    TAKEN = "taken"
+    """The seq was taken: the record was not written (the writer is fenced out)."""
+    SUPERSEDED = "superseded"
+    """Created, but newer records exist: the writer is fenced out, and its record was
+    either taken over by the instance that wrote the next seq, or written into a seq freed
+    by pruning (never rolled forward). `TransactionalLog.taken_over` tells which."""
+
+
 class TransactionalLog:
     """The records of one transactional id: `txns/ids/<id>/<seq:016x>.json`, each created
     only if absent at the seq after the latest.
@@ -301,6 +327,12 @@ class TransactionalLog:
     write into a seq freed by pruning is caught by `write`'s check that nothing newer
     exists (the newest record is never pruned, so a freed seq always has a newer one
     above it): the proof of ownership is monotonic, never an object that pruning removes.
+
+    Roll-forward: the newest record's `intents` and `rollbacks` are what a new instance
+    appends. A fence copies them from the record it takes over, and is written before it
+    appends them: a takeover killed at any point leaves them in the newest record again,
+    for the next takeover (re-appending them is harmless: their producer is fenced out).
+    Only after they are durable does its instance write other records (and prune).
     """
 
     def __init__(self, client: "JournalClient", transactional_id: str, keep: int = 10) -> None:
@@ -332,16 +364,59 @@ class TransactionalLog:
                 return seq, record
         return 0, None
 
+    def fence(
+        self, seq: int, previous: TransactionRecord | None, producer: bytes, clock: int
+    ) -> TransactionRecord:
+        """The fence a new instance writes at `seq + 1` over `previous` (the record at
+        `seq`, None for a new id): it carries `previous`'s intents and rollbacks (what the
+        new instance is about to append) and names `previous` as the record it took over."""
+        if previous is None:
+            return TransactionRecord("fence", producer=producer, clock=clock)
+        return TransactionRecord(
+            "fence",
+            list(previous.intents),
+            producer,
+            clock,
+            rollbacks=list(previous.rollbacks),
+            previous_seq=seq,
+            previous_token=previous.token,
+        )
+
+    def put(self, seq: int, record: TransactionRecord) -> Placement:
+        """Create `record` at `seq` only if that seq is free, then check that nothing newer
+        exists (see `Placement`)."""
+        if not self.client.put_if_absent(self.path(seq), record.to_json()):
+            return Placement.TAKEN
+        if self.seqs(after=seq):
+            return Placement.SUPERSEDED
+        return Placement.WON
+
     def write(self, seq: int, record: TransactionRecord) -> bool:
         """Store `record` at `seq` only if that seq is free and nothing newer exists; False
         if another instance took it (or took a later one): the caller is fenced out."""
-        if not self.client.put_if_absent(self.path(seq), record.to_json()):
+        return self.put(seq, record) is Placement.WON
+
+    def taken_over(self, seq: int, record: TransactionRecord) -> bool | None:
+        """After `put(seq, record)` gave SUPERSEDED: True if the instance that wrote seq+1
+        took `record` over (its fence names `record`'s token: it, or a takeover after it,
+        rolls `record` forward), False if `record` landed in a seq freed by pruning (never
+        the newest: nobody rolls it forward), None if that can no longer be told.
+
+        Decided from durable state only. Whoever wrote seq+1 saw seq taken: a takeover that
+        read `record` as the newest names it; anyone else wrote seq+1 before `record`
+        existed, so `record` went into a seq freed by pruning. If seq+1 is gone (pruned),
+        `record` still being there means it was never taken over (pruning deletes in seq
+        order, and seq+1 was written after `record` if it took it over). If both are gone
+        (seq may hold another zombie's record by then, landed there after pruning), the
+        evidence was pruned while the writer was paused for more than `keep` records of its
+        successors, and the answer is None."""
+        successor = read_record(self.client, self.path(seq + 1))
+        if successor is not None:
+            return successor.previous_seq == seq and successor.previous_token == record.token
+        mine = read_record(self.client, self.path(seq))
+        if mine is not None and mine.token == record.token:
             return False
-        if self.seqs(after=seq):
-            # Written into a seq freed by pruning: a newer instance owns the id. This record
-            # is never the newest, so no one rolls it forward.
-            return False
-        return True
+        return None
 
     def prune(self) -> None:
         """Delete all but the `keep` newest records (housekeeping; failures are logged)."""
