@@ -90,7 +90,7 @@ def _batches(
                                threads=True, strict_fields=True)
     schema = source_arrow_schema(message_type)
     stop = client.head(journal) if end is None else end
-    yield from journal_batches(decoder, 0, stop, schema, batch_rows)
+    yield from journal_batches(decoder, client.first_offset(journal), stop, schema, batch_rows)
 
 
 _INFER_BYTES = 1 << 20

@@ -134,6 +134,7 @@ def read_uncommitted(
     chunk_size: int | None = DEFAULT_CHUNK,
     on_open: Callable[[Any], None] | None = None,
     lazy: bool = False,
+    exact: bool = False,
 ) -> Generator[Envelope, None, None]:
     """Every message of `journal` from `offset` on, committed or not, with its byte range.
 
@@ -144,11 +145,14 @@ def read_uncommitted(
     `chunk_size` fixes the bytes read per decode; by default it adapts to about 128
     frames (16 KiB to 1 MiB), which keeps decoded messages in the CPU's caches.
     `lazy=True` yields JSON lines as `JSONLine`s, parsed only when their `doc` is used
-    (other framings are unaffected).
+    (other framings are unaffected). Offset 0 means the first available offset (envelopes
+    carry the offsets their messages were written at); `exact=True` makes it offset 0
+    itself, so that a replay raises OffsetNotAvailable rather than start later.
     """
     for batch in read_uncommitted_batches(
         client, journal, offset, new_message=new_message, block=block, end=end,
         on_error=on_error, chunk_size=chunk_size, on_open=on_open, prime=False, lazy=lazy,
+        exact=exact,
     ):
         yield from batch
 
@@ -166,6 +170,7 @@ def read_uncommitted_batches(
     on_open: Callable[[Any], None] | None = None,
     prime: bool = True,
     lazy: bool = False,
+    exact: bool = False,
 ) -> Generator[list[Envelope], None, None]:
     """`read_uncommitted`, a decoded chunk (a list of envelopes) at a time: the fast path
     for code that sequences or processes batches itself. With `prime=True` the batch's
@@ -177,7 +182,7 @@ def read_uncommitted_batches(
     framing = for_content_type(client.get(journal).content_type)
     if lazy:
         new_message = _lazy_factory(framing, new_message)
-    reader = client.read(journal, start, block=block)
+    reader = client.read(journal, start, block=block, exact=exact)
     if on_open is not None:
         on_open(reader)
     try:
@@ -216,9 +221,11 @@ def _replayer(
     lazy: bool = False,
 ) -> Callable[[str, int, int], Iterable[Envelope]]:
     def replay(journal: str, begin: int, end: int) -> Iterable[Envelope]:
+        # Exactly from `begin`: a transaction whose start was trimmed cannot be delivered
+        # whole, and must not be delivered in part.
         return read_uncommitted(
             client, journal, begin, new_message=new_message, end=end, on_error=on_error,
-            lazy=lazy,
+            lazy=lazy, exact=True,
         )
 
     return replay

@@ -103,11 +103,13 @@ def framed_envelopes(
     end: int | None = None,
     on_error: ErrorHandler | None = None,
     progress: Progress | None = None,
+    exact: bool = False,
 ) -> Generator[Envelope, None, None]:
     """Envelopes of `journal` from `offset` (to `end`, or the head, or forever with `block`),
     each message a `Framed` with its UUID fields already parsed. Bad frames and bad
-    messages raise, or go to `on_error` and are skipped."""
-    reader = client.read(journal, offset, block=block)
+    messages raise, or go to `on_error` and are skipped. `exact`: offset 0 is not "the
+    first available" (a replay)."""
+    reader = client.read(journal, offset, block=block, exact=exact)
     window = bytearray()  # journal bytes from `window_base` that may hold frames to come
     window_base = reader.offset
     consumed = reader.offset  # the end of the last frame handed out
@@ -185,7 +187,8 @@ def committed_envelopes(
 
     def replay(name: str, begin: int, stop: int) -> Iterator[Envelope]:
         return framed_envelopes(
-            client, name, framing, begin, new_message=new_message, end=stop, on_error=on_error
+            client, name, framing, begin, new_message=new_message, end=stop,
+            on_error=on_error, exact=True,
         )
 
     uncommitted = framed_envelopes(

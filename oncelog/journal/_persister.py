@@ -13,7 +13,14 @@ writer thread hands each sealed batch's bytes to `Persister.persist`, which
 4. on a lost race (another writer claimed the offset first) learns the new head and gives
    the stored object the name of the same bytes at the new offsets (`move_fragment`: a
    rename on local disk, a server-side copy and a delete on S3), so that a lost race costs a
-   few requests and no bytes sent again, then claims again.
+   few requests and no bytes sent again, then claims again;
+5. after winning, checks that its claim counts: no compaction record may end past it (one
+   LIST of the records). A writer idle while its journal was compacted and retired may
+   claim an offset whose claim retirement deleted: the put-if-absent succeeds, yet readers
+   take those offsets from the record. Such a *stale* claim is deleted and the batch goes
+   to the true head, as after a lost race. A record made after the claim (a compaction
+   that read it) also ends past it: then the record's bytes at those offsets are this
+   batch's, which one verified read tells apart.
 
 Threads and locks: a Persister is used by one writer thread at a time (its appender's) and
 takes no lock of the appender. Its counters `fragments_written` and `races_lost` are written
@@ -35,9 +42,10 @@ import crc32c
 from oncelog.journal._blocks import BlockSums, block_sums
 from oncelog.journal._retry import retry
 from oncelog.journal.backends import StagedFile
-from oncelog.journal.errors import AppendFailed
+from oncelog.journal.errors import AppendFailed, MissingFragment, OffsetNotAvailable
 from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
 from oncelog.journal.index import ClaimsIndex
+from oncelog.journal.reader import JournalReader
 from oncelog.journal.store import Claim, FragmentStore
 
 __all__ = ["Persister"]
@@ -85,6 +93,7 @@ class Persister:
         self.retry_timeout = retry_timeout
         self.fragments_written = 0
         self.races_lost = 0
+        self.stale_claims = 0  # claims made at offsets retirement had freed (see the module)
 
     def persist(self, data: bytearray) -> int:
         """Make `data` a claimed fragment of the journal and return the offset it begins at;
@@ -180,10 +189,18 @@ class Persister:
                 stored_crc,
             )
             if self._retry(lambda: self._try_claim(claim), f"claim offset {begin}", True):
-                self.index.add(claim, fragment)
-                self.fragments_written += 1
-                return begin
-            self.races_lost += 1
+                if self._counts(claim, fragment, data):
+                    self.fragments_written += 1
+                    return begin
+                # A stale claim: nobody reads it. Remove it (retirement would, later) and
+                # go to the true head, which the index now knows from the records.
+                self.stale_claims += 1
+                self._retry(
+                    lambda: self.store.delete_claims(self.journal, [claim.begin]),
+                    f"delete the stale claim at offset {begin}",
+                )
+            else:
+                self.races_lost += 1
             # Another writer claimed `begin` first: learn the new head and try again there.
             self._retry(self.index.refresh, "refresh the index")
             winner = self.index.claim(begin)
@@ -192,17 +209,47 @@ class Persister:
                 # names our object, which is now its fragment. Leave it; write ours afresh.
                 current = None
 
+    def _counts(self, claim: Claim, fragment: Fragment, data: bytearray) -> bool:
+        """After our claim was created: whether it is part of the journal (module, step 5).
+        True once the index holds it, or a record holds exactly `data` at its offsets."""
+        what = f"check the claim at offset {claim.begin}"
+        # Raises AppendFailed saying the outcome is unknown if the store stays down: the
+        # claim exists, and whether it counts could not be found out.
+        if self._retry(lambda: self.index.check_own_claim(claim.begin), what, True):
+            self.index.add(claim, fragment)
+            return True
+        landed: bool = self._retry(lambda: self._holds(fragment, data), what, True)
+        return landed
+
+    def _holds(self, fragment: Fragment, data: bytearray) -> bool:
+        """Whether the journal (by its records) holds exactly `data` at the fragment's
+        offsets: one verified read. False where the offsets were trimmed meanwhile (the
+        batch is then appended again: a duplicate, which exactly-once readers drop, is
+        better than an acknowledged append that no reader sees)."""
+        index = self.index
+        if fragment.begin < index.first or fragment.end > index.compacted_through:
+            return False
+        got = bytearray()
+        try:
+            with JournalReader(self.store, index, fragment.begin) as reader:
+                while len(got) < len(data):
+                    piece = reader.read(len(data) - len(got))
+                    if not piece:
+                        break
+                    got += piece
+        except (MissingFragment, OffsetNotAvailable):
+            return False
+        return got == data
+
     def _try_claim(self, claim: Claim) -> bool:
         """Create the claim; after a 'lost' answer, check whether an earlier attempt of ours
         (whose reply was lost) made it: the claim then carries our writer token."""
         if self.store.create_claim(self.journal, claim):
             return True
         existing = self.store.read_claim(self.journal, claim.begin)
-        if existing is not None and existing.writer == claim.writer:
-            return True
-        if existing is not None:
-            self.index.add(existing, existing.parse_fragment(self.journal))
-        return False
+        # Someone else's claim is not added to the index here: it may be a stale one (see
+        # the module); the index's refresh reads it and checks it against the records.
+        return existing is not None and existing.writer == claim.writer
 
     def _retry(self, op: Callable[[], Any], what: str, ambiguous: bool = False) -> Any:
         """Run a storage call, retrying transient failures with backoff until retry_timeout.

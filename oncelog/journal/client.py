@@ -484,9 +484,13 @@ class JournalClient:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def read(self, name: str, offset: int = 0, block: bool = False) -> JournalReader:
-        """A binary file-like reader of `name` from `offset` (-1: the write head);
-        `block=True` waits for new appends at the head instead of reporting end of data."""
+    def read(
+        self, name: str, offset: int = 0, block: bool = False, *, exact: bool = False
+    ) -> JournalReader:
+        """A binary file-like reader of `name` from `offset` (-1: the write head; 0: the
+        first available offset, which the reader's `offset` then reports, unless `exact`);
+        `block=True` waits for new appends at the head instead of reporting end of data.
+        Offsets below the first available one raise OffsetNotAvailable."""
         index = self._journal_index(name)
         executor = self._read_executor() if self._read_ahead else None
         return JournalReader(
@@ -497,7 +501,14 @@ class JournalClient:
             executor=executor,
             poll_min=self._poll[0],
             poll_max=self._poll[1],
+            exact=exact,
         )
+
+    def first_offset(self, name: str) -> int:
+        """The journal's first available offset: 0 until a trim or retention removed its
+        oldest data, then the offset reading 0 starts at. Offsets never change: a message
+        keeps the offsets it was written at whatever maintenance runs."""
+        return self._journal_index(name).fresh_first()
 
     def head(self, name: str) -> int:
         """The journal's write head: the offset the next append will begin at."""

@@ -16,6 +16,16 @@ the head are unchanged. When a claim the index listed is gone (retired after com
 the index reads the records again and goes on (once per missing claim); readers call
 `recover` for a missing fragment likewise.
 
+Claims below the newest record's `through` never count, whatever is stored there: once a
+record ends past an offset, retirement and trims may delete the claim at it, and a writer
+that remembered that offset as the head (idle while the journal was compacted) can then
+create a claim there again. So a claim read at offset X counts only if a listing of the
+records made *after* reading it shows none ending past X; otherwise the index reads the
+records again and goes on from their `through`. A refresh therefore costs one LIST of the
+journal's records beside its claim probes, and an index never takes a stale claim (or a
+claim that follows one) for the head, nor a missing claim at a retired offset for "nothing
+new" (see `ClaimsIndex.refresh` and `Persister`, which checks its own new claims the same way).
+
 Gazette mode (`GazetteIndex`, no spec: a Gazette broker's fragment store): fragment objects
 define the journal. Every refresh lists them all and keeps Gazette's cover set (the longest
 covering fragment at each offset).
@@ -25,11 +35,16 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from oncelog.journal._blocks import BlockSums
-from oncelog.journal.compaction import CompactionRecord, effective, newest_record
-from oncelog.journal.errors import JournalRecreated, MissingFragment, OffsetNotAvailable
+from oncelog.journal.compaction import CompactionRecord, effective, list_records, newest_record
+from oncelog.journal.errors import (
+    JournalRecreated,
+    MissingFragment,
+    OffsetNotAvailable,
+    StorageUnavailable,
+)
 from oncelog.journal.fragment import Fragment, cover_set
 from oncelog.journal.store import Claim, FragmentStore
 
@@ -37,6 +52,9 @@ __all__ = ["JournalIndex", "ClaimsIndex", "GazetteIndex"]
 
 _PROBES_BEFORE_LIST = 3
 _CLAIM_WINDOW = 32  # claims read together (concurrently) when a reader reaches unread ones
+_RELOADS = 16
+"""A refresh that keeps finding newer records (compactions every few milliseconds) starts
+over at most this many times before giving up with a retryable error."""
 
 
 class JournalIndex:
@@ -71,6 +89,12 @@ class JournalIndex:
         """Bumped on every change; readers wait for it to move."""
         return self._version
 
+    @property
+    def first(self) -> int:
+        """The journal's first available offset as last seen: reading offset 0 starts here
+        (call `refresh` first for a fresh value)."""
+        raise NotImplementedError
+
     def locate(self, offset: int) -> Fragment | None:
         """The fragment to read `offset` from (possibly one beginning later, when the reader
         should jump), or None at or past the known head."""
@@ -91,6 +115,12 @@ class JournalIndex:
         if not self._loaded:
             return self.refresh()
         return self.head
+
+    def fresh_first(self) -> int:
+        """The first available offset as the store says now (a trim may have raised it
+        since this index was loaded)."""
+        self.refresh()
+        return self.first
 
     def wait_for_change(self, version: int, timeout: float) -> bool:
         """Block until the index changes from `version` (e.g. a local append) or timeout."""
@@ -129,11 +159,21 @@ class ClaimsIndex(JournalIndex):
         self._through = 0  # claims hold the offsets from here on
         self._rec_begins: list[int] = []  # begins of the record's fragments (from _first)
         self._rec: dict[int, tuple[Fragment, BlockSums | None]] = {}
+        # Records listed that are not this journal's (another incarnation's): they never
+        # make a claim stale. Guarded by `_cond`.
+        self._foreign: frozenset[str] = frozenset()
 
     @property
     def head(self) -> int:
         with self._cond:
             return self._head_locked()
+
+    @property
+    def first(self) -> int:
+        with self._cond:
+            if self._record is not None:
+                return self._first
+            return self._begins[0] if self._begins else self._through
 
     def _head_locked(self) -> int:
         if not self._begins:
@@ -168,8 +208,46 @@ class ClaimsIndex(JournalIndex):
         if the index changed. Claims below its `through` are dropped (their fragments are
         in the record)."""
         with self._refresh_lock:
-            record, first, _ = newest_record(self.store, self.journal, self.incarnation)
-            return self._set_record(record, first)
+            return self._reload_records()
+
+    def _reload_records(self) -> bool:
+        """`reload_records` with `_refresh_lock` held."""
+        record, first, names = newest_record(self.store, self.journal, self.incarnation)
+        # Records listed above the one used are another incarnation's (newest_record skips
+        # them): remember them, so they never make this journal's claims look stale.
+        key = record.key if record is not None else (-1, -1)
+        with self._cond:
+            self._foreign = frozenset(n.name for n in names if n.key > key)
+        return self._set_record(record, first)
+
+    def fresh_first(self) -> int:
+        # A trim's record may end below the head, so a refresh need not read it: read the
+        # records (a cold index just did, loading).
+        if self._loaded:
+            self.reload_records()
+        else:
+            self.refresh()
+        return self.first
+
+    def records_beyond(self, offset: int) -> bool:
+        """Whether a record of this journal ends past `offset` (one LIST of the records). A
+        claim read at `offset` before this call counts only if it returns False: otherwise
+        the claim may be a stale one, made at an offset retirement had freed."""
+        names = list_records(self.store, self.journal)
+        with self._cond:
+            foreign = self._foreign
+        return any(n.through > offset and n.name not in foreign for n in names)
+
+    def check_own_claim(self, begin: int) -> bool:
+        """After this process created the claim at `begin`: True if it counts (no record
+        ends past `begin`); otherwise read the records again and return False. The caller
+        then finds out whether a compaction covered its claim after it was made or the
+        offset had been retired before (see Persister)."""
+        if not self.records_beyond(begin):
+            return True
+        with self._refresh_lock:
+            self._reload_records()
+        return self.compacted_through <= begin
 
     def recover(self, fragment: Fragment) -> bool:
         """Called by a reader that found `fragment`, which this index named, missing from the
@@ -223,26 +301,22 @@ class ClaimsIndex(JournalIndex):
             if self._record is not None:
                 first = self._first
                 if offset < first:
-                    if offset != 0:
-                        raise OffsetNotAvailable(
-                            f"offset {offset} of journal {self.journal!r} is before its first "
-                            f"available offset {first} (the data before was trimmed)"
-                        )
-                    offset = first  # offset 0 jumps to the first offset still stored
-                    if offset >= self._head_locked():
-                        return None
+                    # Never a silent jump: a reader reports the offsets of what it returns,
+                    # and resolves offset 0 to the first available one when it opens.
+                    raise OffsetNotAvailable(
+                        f"offset {offset} of journal {self.journal!r} is before its first "
+                        f"available offset {first} (the data before was trimmed)"
+                    )
                 if offset < self._through:
                     j = max(bisect.bisect_right(self._rec_begins, offset) - 1, 0)
                     return self._rec[self._rec_begins[j]][0]
             i = bisect.bisect_right(begins, offset) - 1
             first = begins[0]
             if i < 0:
-                if offset != 0:
-                    raise OffsetNotAvailable(
-                        f"offset {offset} of journal {self.journal!r} is before its first "
-                        f"fragment, which begins at {first}"
-                    )
-                i = 0  # offset 0 jumps to the first offset still stored (retention)
+                raise OffsetNotAvailable(
+                    f"offset {offset} of journal {self.journal!r} is before its first "
+                    f"available offset {first} (the data before was trimmed)"
+                )
             # By offset, not position: a record reload may drop claims before it meanwhile.
             begin = begins[i]
             window = [b for b in begins[i : i + _CLAIM_WINDOW] if b not in self._claims]
@@ -335,29 +409,65 @@ class ClaimsIndex(JournalIndex):
         return found
 
     def _load(self) -> None:
-        record, first, _ = newest_record(self.store, self.journal, self.incarnation)
-        self._set_record(record, first)
-        through = self.compacted_through
-        begins = self.store.list_claim_begins(self.journal, after=through - 1 if through else None)
-        # Read the last claim (the head) before publishing the offsets, so `head` always
-        # finds the claim of the last known offset.
-        self._insert(self._fetch(begins[-1:]), more_begins=begins)
-        self._advance()
+        """Read the newest record, list the claims after it, read the last one and probe
+        past it; all count only if no newer record appeared meanwhile (a claim listed may
+        then be stale): else start over."""
+        for _ in range(_RELOADS):
+            self._reload_records()
+            through = self.compacted_through
+            begins = self.store.list_claim_begins(
+                self.journal, after=through - 1 if through else None
+            )
+            # Read the last claim (the head) before publishing the offsets, so `head` always
+            # finds the claim of the last known offset.
+            last = self._fetch(begins[-1:])
+            found, more = self._probe(last[-1][1].end if last else through)
+            if self.records_beyond(through):
+                continue
+            self._insert(last + found, more_begins=[*begins, *more])
+            return
+        self._unsettled()
 
     def _advance(self) -> None:
-        for _ in range(_PROBES_BEFORE_LIST):
-            claim = self.store.read_claim(self.journal, self.head)
-            if claim is None:
+        """Read the claims past the known head; they count only if no record ends past the
+        head after they were read (else: read the records, and go on from their end)."""
+        for _ in range(_RELOADS):
+            head = self.head
+            found, more = self._probe(head)
+            if not self.records_beyond(head):
+                self._insert(found, more_begins=more)
                 return
-            self.add(claim, claim.parse_fragment(self.journal))
-        # Many new claims: list those after the last known one, then read the last of them.
-        with self._cond:
-            last = self._begins[-1] if self._begins else None
-        begins = self.store.list_claim_begins(self.journal, after=last)
-        self._insert(self._fetch(begins[-1:]), more_begins=begins)
-        claim = self.store.read_claim(self.journal, self.head)
+            self._reload_records()
+        self._unsettled()
+
+    def _probe(self, head: int) -> tuple[list[tuple[Claim, Fragment]], list[int]]:
+        """The claims from `head` on (read, not yet counted): a few GETs along the chain, a
+        LIST when there are many. Returns (claims read, offsets listed but not read)."""
+        found: list[tuple[Claim, Fragment]] = []
+        pos = head
+        for _ in range(_PROBES_BEFORE_LIST):
+            claim = self.store.read_claim(self.journal, pos)
+            if claim is None:
+                return found, []
+            self._check_incarnation(claim)
+            fragment = claim.parse_fragment(self.journal)
+            found.append((claim, fragment))
+            pos = fragment.end
+        # Many new claims: list those after the last one read, then read the last of them
+        # and the claim at its end.
+        begins = self.store.list_claim_begins(self.journal, after=found[-1][0].begin)
+        found += self._fetch(begins[-1:])
+        claim = self.store.read_claim(self.journal, found[-1][1].end)
         if claim is not None:
-            self.add(claim, claim.parse_fragment(self.journal))
+            self._check_incarnation(claim)
+            found.append((claim, claim.parse_fragment(self.journal)))
+        return found, begins
+
+    def _unsettled(self) -> NoReturn:
+        raise StorageUnavailable(
+            f"journal {self.journal!r}: its compaction records kept changing while its "
+            f"claims were read ({_RELOADS} times); try again"
+        )
 
     def _insert(
         self, items: list[tuple[Claim, Fragment]], more_begins: Sequence[int] = ()
@@ -404,6 +514,11 @@ class GazetteIndex(JournalIndex):
     def head(self) -> int:
         with self._cond:
             return self._fragments[-1].end if self._fragments else 0
+
+    @property
+    def first(self) -> int:
+        with self._cond:
+            return self._fragments[0].begin if self._fragments else 0
 
     def locate(self, offset: int) -> Fragment | None:
         with self._cond:

@@ -61,7 +61,14 @@ class _Ahead:
 
 
 class JournalReader(io.RawIOBase):
-    """Reads journal bytes from `offset` on (`offset=-1`: from the write head).
+    """Reads journal bytes from `offset` on (`offset=-1`: from the write head; 0: from the
+    first available offset, unless `exact`).
+
+    `offset` (the property) is always the true journal offset of the next byte: a reader
+    opened at 0 of a trimmed journal starts at its first available offset and says so, and
+    never jumps later on. An offset below the first available one (trimmed or retained
+    away, before or while reading) raises OffsetNotAvailable; so does offset 0 with `exact`
+    (a replay that must start exactly there).
 
     `read(n)` returns up to n bytes, spanning fragments when more are available; `b""`
     means the head was reached (never, for a blocking reader, until it is closed).
@@ -78,6 +85,7 @@ class JournalReader(io.RawIOBase):
         executor: Executor | None = None,
         poll_min: float = 0.01,
         poll_max: float = 1.0,
+        exact: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
@@ -97,9 +105,16 @@ class JournalReader(io.RawIOBase):
         self._chunk_offset = 0
         self._pos = 0
         self._ahead: collections.deque[_Ahead] = collections.deque()
+        if offset == 0 and not exact:
+            offset = index.fresh_first()  # "the first available", as the store says now
         head = index.ensure_loaded()
         if offset == -1:
             offset = index.refresh()
+        elif offset < index.first:
+            raise OffsetNotAvailable(
+                f"offset {offset} of journal {self.journal!r} is before its first available "
+                f"offset {index.first} (the data before was trimmed)"
+            )
         elif offset > head and offset > index.refresh():
             # At the head a reader waits (or ends); past it there is nothing to wait for: the
             # offset was never written (a checkpoint of another journal, or of a journal

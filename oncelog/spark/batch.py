@@ -74,7 +74,8 @@ class OncelogBatchReader(DataSourceReader):
                 )
                 frags = [(f.begin, f.end) for f in client.fragments(spec.name)]
                 if frags:
-                    begin = frags[0][0]
+                    # A trim may cut the first fragment (compacted before the trim point).
+                    begin = max(frags[0][0], client.first_offset(spec.name))
                     journal_splits.append(
                         (spec, plan_splits(spec.name, frags, options.split_bytes, begin=begin))
                     )

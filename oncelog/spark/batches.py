@@ -265,9 +265,11 @@ class RangeDecoder:
 
     def _read_range(self, begin: int, end: int) -> Iterator[tuple[bytes, int]]:
         """The bytes of `[begin, end)` in chunks, each with the offset just after it; a
-        journal ending before `end` is a BadMessage (the plan promised those bytes)."""
+        journal ending before `end` is a BadMessage (the plan promised those bytes). The
+        range is exact: offset 0 is not "the first available" here (OffsetNotAvailable if
+        `begin` was trimmed), so a replay never starts later than asked."""
         pos = begin
-        reader = self.client.read(self.journal, begin)
+        reader = self.client.read(self.journal, begin, exact=True)
         try:
             while pos < end:
                 data = reader.read(min(self.chunk_bytes, end - pos))

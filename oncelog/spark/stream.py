@@ -197,7 +197,9 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             seq = Sequencer({journal: prev.offset}, prev.sequencer_states(journal))
 
             def replay(j: str, begin: int, end: int) -> Iterable[Envelope]:
-                return read_uncommitted(client, j, begin, end=end, new_message=new_message)
+                return read_uncommitted(
+                    client, j, begin, end=end, new_message=new_message, exact=True
+                )
 
             for _ in seq.sequence(limited, replay):
                 pass
