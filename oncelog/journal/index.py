@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from typing import NoReturn, Sequence
 
 from oncelog.journal._blocks import BlockSums
@@ -52,6 +53,9 @@ __all__ = ["JournalIndex", "ClaimsIndex", "GazetteIndex"]
 
 _PROBES_BEFORE_LIST = 3
 _CLAIM_WINDOW = 32  # claims read together (concurrently) when a reader reaches unread ones
+_RECHECK = 5.0
+"""Seconds: a tailing reader that keeps finding nothing new at the head lists the records
+at most this often (a GET per poll as before); anything found is checked at once."""
 _RELOADS = 16
 """A refresh that keeps finding newer records (compactions every few milliseconds) starts
 over at most this many times before giving up with a retryable error."""
@@ -108,6 +112,11 @@ class JournalIndex:
         """Bring the index up to date with the store; returns the write head."""
         raise NotImplementedError
 
+    def poll(self) -> int:
+        """`refresh` for a tailing reader's repeated looks at the head: it may spare
+        requests when nothing new was found (see ClaimsIndex.poll)."""
+        return self.refresh()
+
     def forget(self) -> None:
         """Drop everything known (after the journal was deleted)."""
 
@@ -162,6 +171,7 @@ class ClaimsIndex(JournalIndex):
         # Records listed that are not this journal's (another incarnation's): they never
         # make a claim stale. Guarded by `_cond`.
         self._foreign: frozenset[str] = frozenset()
+        self._checked_at = -1e18  # time.monotonic() of the last records listing
 
     @property
     def head(self) -> int:
@@ -236,6 +246,7 @@ class ClaimsIndex(JournalIndex):
         names = list_records(self.store, self.journal)
         with self._cond:
             foreign = self._foreign
+            self._checked_at = time.monotonic()
         return any(n.through > offset and n.name not in foreign for n in names)
 
     def check_own_claim(self, begin: int) -> bool:
@@ -355,6 +366,19 @@ class ClaimsIndex(JournalIndex):
                 self._advance()
         return self.head
 
+    def poll(self) -> int:
+        """`refresh`, but when the probe at the head finds nothing and the records were
+        listed less than `_RECHECK` seconds ago, without listing them again: an idle
+        tailing reader costs a GET per poll, and one whose head was retired (the claim
+        there deleted, the data gone on past it) sees the new data within `_RECHECK`."""
+        with self._refresh_lock:
+            if not self._loaded:
+                self._load()
+                self._loaded = True
+            else:
+                self._advance(light=time.monotonic() - self._checked_at < _RECHECK)
+        return self.head
+
     def forget(self) -> None:
         """Drop everything known (after the journal was deleted)."""
         with self._refresh_lock, self._cond:
@@ -428,12 +452,15 @@ class ClaimsIndex(JournalIndex):
             return
         self._unsettled()
 
-    def _advance(self) -> None:
+    def _advance(self, light: bool = False) -> None:
         """Read the claims past the known head; they count only if no record ends past the
-        head after they were read (else: read the records, and go on from their end)."""
+        head after they were read (else: read the records, and go on from their end).
+        `light`: finding none, trust the last listing of the records (see `poll`)."""
         for _ in range(_RELOADS):
             head = self.head
             found, more = self._probe(head)
+            if light and not found:
+                return
             if not self.records_beyond(head):
                 self._insert(found, more_begins=more)
                 return

@@ -217,11 +217,13 @@ class JournalReader(io.RawIOBase):
             self._load_local(local.fragment, offset, local.blocks)
             return True
         delay = self._poll_min
+        refresh = self._index.refresh  # a full look first; then polls (see JournalIndex.poll)
         while not self._stop.is_set():
             fragment = self._index.locate(offset)
             if fragment is None:
                 version = self._index.version
-                self._index.refresh()
+                refresh()
+                refresh = self._index.poll
                 fragment = self._index.locate(offset)
             if fragment is not None:
                 try:
