@@ -166,3 +166,68 @@ def test_cli_reset(cli) -> None:  # noqa: F811
     shown = cli.json("groups", "show", "g", "-f", "json")
     assert shown["messages"] == 0
     assert cli.json("groups", "show", "g", "--no-messages", "-f", "json")["messages"] is None
+
+
+def test_reset_inside_a_message_is_refused(memory_store) -> None:
+    from oncelog.consumer import NotAMessageBoundary
+
+    client = memory_store.open()
+    setup(client)
+    envs = list(read_committed(client, A))
+    store = CheckpointStore(client, "g")
+    seqs = store.seqs()
+    for inside in (envs[1].begin + 1, envs[1].end - 1):
+        for dry_run in (True, False):
+            with pytest.raises(NotAMessageBoundary) as info:
+                reset_group(client, "g", {A: inside}, dry_run=dry_run)
+            err = info.value
+            assert (err.journal, err.offset, err.before, err.after) == (
+                A, inside, envs[1].begin, envs[1].end)
+            assert (f"offset {inside} of journal {A!r} is inside a message" in str(err)
+                    and f"{envs[1].begin} (before) and {envs[1].end} (after)" in str(err))
+            assert isinstance(err, ValueError)
+    assert store.seqs() == seqs  # nothing written
+    # Boundaries are accepted: a message's begin, the head, 0.
+    for ok in (envs[1].begin, envs[2].end, client.head(A), 0):
+        reset_group(client, "g", {A: ok}, dry_run=True)
+    assert run(client) == []  # the group is where it was
+
+
+def test_reset_below_the_first_available_offset_is_refused(memory_store) -> None:
+    from oncelog.consumer import NotAMessageBoundary
+    from oncelog.journal import FragmentSpec
+
+    client = memory_store.open()
+    client.create(JournalSpec(A, {"content-type": NDJSON}, fragment=FragmentSpec(length=30)))
+    for i in range(4):
+        publish(client, A, [{"n": i}])
+    Consumer(client, "g", [A], lambda env, txn: None).run(until_idle=True)
+    first = client.trim(A, before=client.fragments(A)[2].begin).first
+    assert first > 0
+    with pytest.raises(NotAMessageBoundary, match=f"before its first available offset {first}"):
+        reset_group(client, "g", {A: first - 1})
+    # "beginning" and 0 mean the first available offset (recorded as it is).
+    [cp] = reset_group(client, "g", "beginning")
+    assert cp.offsets == {A: first}
+    [cp] = reset_group(client, "g", {A: 0})
+    assert cp.offsets == {A: first}
+    seen: list[Any] = []
+    Consumer(client, "g", [A], lambda env, txn: seen.append(env.message.doc["n"])).run(
+        until_idle=True)
+    assert seen == [2, 3]
+
+
+def test_cli_reset_inside_a_message_is_refused(cli) -> None:  # noqa: F811
+    client = cli.client
+    setup(client)
+    envs = list(read_committed(client, A))
+    inside = envs[1].begin + 3
+    store = CheckpointStore(client, "g")
+    seqs = store.seqs()
+    for extra in (["--dry-run"], ["--yes"]):
+        line = cli.error("groups", "reset", "g", "--to", f"{A}={inside}", *extra)
+        assert f"offset {inside} of journal '{A}' is inside a message" in line
+        assert f"use --to {A}={envs[1].begin} or --to {A}={envs[1].end}" in line
+        assert "nothing was written" in line
+    assert store.seqs() == seqs
+    assert run(client) == []

@@ -160,14 +160,28 @@ def parse_reset_target(to: str | None, at: str | None) -> Any:
     return offsets
 
 
+def _reset(client: Any, group: str, target: Any, keep_state: bool, *, dry_run: bool) -> Any:
+    """`reset_group`, with an offset inside a message (or trimmed) refused as a CLI error
+    that says which `--to` values would do (the library checks it before writing)."""
+    from oncelog.consumer import NotAMessageBoundary, reset_group
+
+    try:
+        return reset_group(client, group, to=target, keep_state=keep_state, dry_run=dry_run)
+    except NotAMessageBoundary as exc:
+        ok = [b for b in (exc.before, exc.after) if b is not None]
+        hint = " or ".join(f"--to {exc.journal}={b}" for b in ok)
+        raise click.ClickException(f"{exc} (use {hint})") from None
+
+
 @groups.command("reset")
 @click.argument("group")
 @click.option(
     "--to",
     "to",
     metavar="beginning|head|JOURNAL=OFFSET,...",
-    help="beginning: re-read the group's journals from offset 0; head: skip what is in them"
-    " now; JOURNAL=OFFSET,...: move those journals to those offsets (the others stay).",
+    help="beginning: re-read the group's journals from their first available offset (0"
+    " unless trimmed); head: skip what is in them now; JOURNAL=OFFSET,...: move those"
+    " journals to those offsets, each a message boundary (the others stay).",
 )
 @click.option(
     "--at",
@@ -196,7 +210,7 @@ def reset(
 
     Running consumers of the group are fenced out by it: restart them afterwards.
     """
-    from oncelog.consumer import group_status, reset_group
+    from oncelog.consumer import group_status
 
     target = parse_reset_target(to, at)
     label = to if to is not None else at
@@ -204,7 +218,7 @@ def reset(
     status = group_status(client, group)  # an unknown group fails before any question
     before = {(m.shard, j.journal): j.offset for m in status.members for j in m.journals}
     if dry_run:
-        planned = reset_group(client, group, to=target, keep_state=keep_state, dry_run=True)
+        planned = _reset(client, group, target, keep_state, dry_run=True)
         print_table(
             [Column("SHARD", numeric=True), "JOURNAL", Column("OFFSET", numeric=True),
              Column("NEW OFFSET", numeric=True)],
@@ -221,7 +235,7 @@ def reset(
         yes,
         f"reset group {group}",
     )
-    written = reset_group(client, group, to=target, keep_state=keep_state)
+    written = _reset(client, group, target, keep_state, dry_run=False)
     seqs = ", ".join(str(cp.seq) for cp in written)
     where = f"the {label}" if to in ("beginning", "head") else label
     notice(f"reset consumer group {group} to {where}: checkpoint {seqs}")

@@ -10,6 +10,7 @@ checkpoint, or `SQLiteState()`: deltas and snapshots written before the checkpoi
 that references them. See docs/consumers.md.
 """
 
+from oncelog.consumer._trimmed import CheckpointTrimmed
 from oncelog.consumer.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -32,6 +33,7 @@ from oncelog.consumer.groups import (
     GroupNotFound,
     GroupStatus,
     JournalLag,
+    NotAMessageBoundary,
     ShardStatus,
     delete_group,
     group_status,
@@ -59,6 +61,8 @@ __all__ = [
     "CheckpointError",
     "FencedOut",
     "GroupNotFound",
+    "CheckpointTrimmed",
+    "NotAMessageBoundary",
     "validate_group_name",
     "list_groups",
     "group_status",

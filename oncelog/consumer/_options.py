@@ -47,6 +47,9 @@ class ConsumerOptions:
     buffer: int | None
     read_batch: int
     split_upstream: bool
+    on_trimmed: Literal["error", "skip"] = "error"
+    """What recovery does when a checkpoint needs bytes trimmed from a journal
+    (oncelog.consumer._trimmed)."""
 
 
 def consumer_options(
@@ -66,6 +69,7 @@ def consumer_options(
     buffer: int | None,
     read_batch: int,
     split_upstream: bool,
+    on_trimmed: Literal["error", "skip"] = "error",
 ) -> ConsumerOptions:
     """Check `Consumer(...)`'s arguments (TypeError / ValueError naming the bad one)."""
     if isinstance(journals, (str, LabelSelector)):
@@ -82,6 +86,8 @@ def consumer_options(
         raise TypeError(f"handler must be callable, not {handler or batch_handler!r}")
     if start not in ("beginning", "head"):
         raise ValueError(f"start must be 'beginning' or 'head', not {start!r}")
+    if on_trimmed not in ("error", "skip"):
+        raise ValueError(f"on_trimmed must be 'error' or 'skip', not {on_trimmed!r}")
     if not isinstance(max_messages, int) or max_messages < 1:
         raise ValueError(f"max_messages must be an int >= 1, not {max_messages!r}")
     if keep_checkpoints is not None and (
@@ -118,4 +124,5 @@ def consumer_options(
         buffer=buffer,
         read_batch=read_batch,
         split_upstream=bool(split_upstream),
+        on_trimmed=on_trimmed,
     )

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import crc32c
 import orjson
 
 from oncelog import errors
@@ -79,7 +80,15 @@ class ConsumerError(OncelogError, RuntimeError):
 
 
 class CheckpointError(ConsumerError):
-    """A checkpoint or group descriptor is unreadable or corrupt; the message names the file."""
+    """A checkpoint, group descriptor or state object is unreadable or corrupt; the message
+    names the object (its storage path) and what is wrong."""
+
+
+def state_checksum(state_json: bytes) -> str:
+    """The CRC-32C (8 hex digits) of a checkpoint's encoded state, stored with it as
+    `state_crc32c` and checked when it is read back: a damaged state (one changed digit)
+    is an error, never a silently different state."""
+    return f"{crc32c.crc32c(state_json):08x}"
 
 
 class FencedOut(ConsumerError, errors.FencedOut):
@@ -173,12 +182,19 @@ class Checkpoint:
         if self.sink is not None:
             doc["sink"] = self.sink
         if self.has_state:
-            doc["state"] = self.state if state_json is None else orjson.Fragment(state_json)
+            if state_json is None:
+                state_json = orjson.dumps(self.state)
+            doc["state"] = orjson.Fragment(state_json)
+            doc["state_crc32c"] = state_checksum(state_json)
         return orjson.dumps(doc)
 
     @classmethod
     def from_json(cls, data: bytes, where: str) -> Checkpoint:
-        """Parse a stored checkpoint; CheckpointError naming `where` if anything is wrong."""
+        """Parse a stored checkpoint; CheckpointError naming `where` if anything is wrong.
+
+        The state is checked against its `state_crc32c` (re-encoding a parsed JSON value
+        gives back the bytes orjson wrote). Checkpoints written before that field existed
+        are read unchecked."""
 
         def bad(reason: str) -> CheckpointError:
             return CheckpointError(f"corrupt consumer checkpoint {where}: {reason}")
@@ -212,6 +228,16 @@ class Checkpoint:
                 AckIntent(a["journal"], base64.b64decode(a["intent"], validate=True))
                 for a in doc["ack_intents"]
             ]
+            if "state" in doc and "state_crc32c" in doc:
+                stored = doc["state_crc32c"]
+                actual = state_checksum(orjson.dumps(doc["state"]))
+                if stored != actual:
+                    raise bad(
+                        f"its state does not match its checksum (state_crc32c {stored!r},"
+                        f" computed {actual!r}): the state was damaged or edited"
+                    )
+            elif "state_crc32c" in doc:
+                raise bad("it has a state checksum (state_crc32c) but no state")
             writer = doc.get("writer")
             ack_producer = doc.get("ack_producer")
             created = datetime.fromisoformat(doc["created"])

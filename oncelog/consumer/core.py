@@ -28,6 +28,12 @@ import orjson
 from oncelog.consumer._commit import CommitPipeline
 from oncelog.consumer._input import InputReading, _Input
 from oncelog.consumer._options import consumer_options
+from oncelog.consumer._trimmed import (
+    CheckpointTrimmed,
+    find_trimmed,
+    first_available_offset,
+    skip_trimmed,
+)
 from oncelog.consumer.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -47,6 +53,7 @@ from oncelog.consumer.state import (
     StateObjectMissing,
     is_sqlite_ref,
 )
+from oncelog.journal.errors import OffsetNotAvailable
 from oncelog.labels import LabelSelector
 from oncelog.message import Envelope, Message
 from oncelog.publisher import AckIntent, Mapping, Publisher
@@ -178,6 +185,14 @@ class Consumer(InputReading, CommitPipeline):
     With `lazy=True` JSON-lines inputs arrive as `JSONLine`s, parsed only when a handler
     uses `env.message.doc` (handlers reading `.doc` work unchanged; forwarding `.line`
     costs no parse).
+
+    `on_trimmed`: what recovery does when the checkpoint needs bytes that retention or
+    `JournalClient.trim` deleted (its read offset, or the start of a producer's pending
+    transaction, is below a journal's first available offset). "error" (the default)
+    raises `CheckpointTrimmed` naming the group, journal and offsets, writing nothing;
+    "skip" goes on from the first available offset and logs a warning saying what was
+    skipped (journal, offsets, bytes, transactions left incomplete). A trim while `run()`
+    reads makes it recover once, which applies the same policy.
     """
 
     def __init__(
@@ -208,6 +223,7 @@ class Consumer(InputReading, CommitPipeline):
         metrics: ConsumerMetrics | None = None,
         sink: SQLiteSink | None = None,
         lazy: bool = False,
+        on_trimmed: Literal["error", "skip"] = "error",
     ) -> None:
         self.client = client
         self.group = validate_group_name(group)
@@ -216,7 +232,7 @@ class Consumer(InputReading, CommitPipeline):
             max_messages=max_messages, max_duration=max_duration, start=start,
             poll_interval=poll_interval, refresh_interval=refresh_interval,
             prune_horizon=prune_horizon, keep_checkpoints=keep_checkpoints, buffer=buffer,
-            read_batch=read_batch, split_upstream=split_upstream,
+            read_batch=read_batch, split_upstream=split_upstream, on_trimmed=on_trimmed,
         )
         self._selector: LabelSelector | None = options.selector
         self._names = options.names
@@ -300,6 +316,12 @@ class Consumer(InputReading, CommitPipeline):
     def keep_checkpoints(self) -> int | None:
         """How many checkpoints pruning keeps (None: all)."""
         return self._options.keep_checkpoints
+
+    @property
+    def on_trimmed(self) -> Literal["error", "skip"]:
+        """What recovery does with a checkpoint older than a journal's first available
+        offset: "error" (CheckpointTrimmed) or "skip" (go on from it, logging a warning)."""
+        return self._options.on_trimmed
 
     @property
     def split_upstream(self) -> bool:
@@ -403,8 +425,18 @@ class Consumer(InputReading, CommitPipeline):
                         raise
                     refused.append(f"{exc}; {above}")
                     continue
-            publisher = Publisher(self.client)
+            # Bytes the checkpoint still needs that a trim (or retention) deleted: refuse
+            # (nothing written), or skip them in the recovery checkpoint, per `on_trimmed`.
+            producers, reason = base.producers, "recover"
             offsets = dict(base.offsets)
+            trimmed = find_trimmed(self.client, base, set(journals)) if latest else []
+            if trimmed:
+                if self._options.on_trimmed == "error":
+                    raise CheckpointTrimmed(
+                        self.group, self.shard, self._store.path(base.seq), trimmed
+                    )
+                offsets, producers, reason = skip_trimmed(self.group, base, trimmed)
+            publisher = Publisher(self.client)
             for journal in journals:
                 if journal not in offsets:
                     offsets[journal] = self._start_offset(journal)
@@ -422,10 +454,11 @@ class Consumer(InputReading, CommitPipeline):
             state_json = self._encode_state(state)
             cp = base.successor(
                 offsets=offsets,
+                producers=producers,
                 ack_intents=intents,
                 state=state,
                 has_state=has_state,
-                reason="recover",
+                reason=reason,
                 writer=publisher.producer_id,
             )
             why = self._store.claim(cp, cp.to_json(state_json))
@@ -473,7 +506,12 @@ class Consumer(InputReading, CommitPipeline):
         return names
 
     def _start_offset(self, journal: str) -> int:
-        return 0 if self.start == "beginning" else self.client.head(journal)
+        """Where a journal new to the group is read from: its first available offset
+        (0 unless trimmed: a checkpoint never records an offset below what the journal
+        held when it was written) or its head."""
+        if self.start == "beginning":
+            return first_available_offset(self.client, journal)
+        return self.client.head(journal)
 
     def _refresh_journals(self) -> None:
         """Pick up journals newly matching the selector (and drop ones that stopped matching)."""
@@ -503,6 +541,7 @@ class Consumer(InputReading, CommitPipeline):
         """
         self._check_not_fenced()
         committed = 0
+        trim_retried = False
         try:
             while not self._stopping:
                 if self._seq is None:
@@ -513,6 +552,14 @@ class Consumer(InputReading, CommitPipeline):
                         self._fill_batches(txn)
                     else:
                         self._fill(txn)
+                except OffsetNotAvailable:
+                    # Trimmed while reading: recover once, applying `on_trimmed`.
+                    self._state = txn.state
+                    self._abort(rollback=True)
+                    if trim_retried:
+                        raise
+                    trim_retried = True
+                    continue
                 except BaseException:
                     self._state = txn.state
                     self._abort(rollback=True)
@@ -523,6 +570,7 @@ class Consumer(InputReading, CommitPipeline):
                 if txn.messages or self._dirty or publisher.pending_journals():
                     self._commit(txn)
                     committed += 1
+                    trim_retried = False
                 if max_transactions is not None and committed >= max_transactions:
                     break
                 if txn._idle:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
+from oncelog.consumer._trimmed import first_available_offset
 from oncelog.consumer.checkpoint import (
     Checkpoint,
     ConsumerError,
@@ -35,7 +36,9 @@ __all__ = [
     "ShardStatus",
     "GroupStatus",
     "GroupNotFound",
+    "NotAMessageBoundary",
     "ResetTarget",
+    "message_at",
     "offset_at_time",
     "count_messages",
     "list_groups",
@@ -48,6 +51,38 @@ __all__ = [
 
 class GroupNotFound(ConsumerError, LookupError):
     """No consumer of the group ever started in this store."""
+
+
+class NotAMessageBoundary(ConsumerError, ValueError):
+    """`reset_group` was given an offset inside a message (a consumer started there would
+    fail on the tail of a frame at every start), or below the journal's first available
+    offset. Nothing was written. `before` and `after` are the nearest message boundaries
+    around `offset` (the begin and end of the message holding it; for a trimmed offset,
+    None and the first available offset)."""
+
+    def __init__(
+        self, group: str, journal: str, offset: int, before: int | None, after: int,
+        *, trimmed: bool = False,
+    ) -> None:
+        self.group = group
+        self.journal = journal
+        self.offset = offset
+        self.before = before
+        self.after = after
+        if trimmed:
+            why = (
+                f"is before its first available offset {after} (the data before was"
+                f" trimmed): the nearest message boundary is {after}"
+            )
+        else:
+            why = (
+                f"is inside a message, not at its start: the nearest message boundaries are"
+                f" {before} (before) and {after} (after)"
+            )
+        super().__init__(
+            f"cannot reset consumer group {group!r}: offset {offset} of journal {journal!r}"
+            f" {why}; nothing was written"
+        )
 
 
 ResetTarget = Literal["beginning", "head"] | Mapping[str, int] | datetime
@@ -203,7 +238,8 @@ def offset_at_time(
     start = head
     for frag in client.fragments(journal):
         if frag.mod_time is None or frag.mod_time >= threshold:
-            start = frag.begin
+            # A compacted fragment may begin before the first available offset (a trim).
+            start = max(frag.begin, client.first_offset(journal))
             break
     ack = Flags.ACK_TXN
     for env in read_uncommitted(client, journal, start, end=head):
@@ -213,8 +249,63 @@ def offset_at_time(
     return head
 
 
+def message_at(client: "JournalClient", journal: str, offset: int) -> tuple[int, int] | None:
+    """The `[begin, end)` of the message of `journal` holding `offset` strictly inside it,
+    or None if `offset` is a message boundary (a message's begin or end, the head, the
+    first available offset, or bytes between messages that decoding steps over).
+
+    Exact for every framing: the fragment holding `offset` is decoded from its begin
+    (appends, and so fragments, hold whole frames), up to `offset`. Cost: a listing of the
+    journal's fragments, then at most that fragment's bytes read. An offset below the
+    first available offset (trimmed) gives `(-1, first)`."""
+    from oncelog.reading import read_uncommitted
+
+    head = client.head(journal)
+    if offset >= head:
+        return None
+    first = first_available_offset(client, journal)
+    if offset < first:
+        return (-1, first)
+    frag = None
+    for f in client.fragments(journal):
+        if f.begin <= offset < f.end:
+            frag = f
+            break
+    # A compacted fragment may begin before a trim point, which is a message boundary.
+    start = max(frag.begin, first) if frag is not None else offset
+    if start == offset:
+        return None
+    envelopes = read_uncommitted(client, journal, start, end=frag.end if frag else head, lazy=True)
+    try:
+        for env in envelopes:
+            if env.end <= offset:
+                continue
+            if env.begin < offset:
+                return (env.begin, env.end)
+            return None
+    finally:
+        envelopes.close()
+    return None
+
+
+def _check_boundary(client: "JournalClient", group: str, journal: str, offset: int) -> None:
+    """NotAMessageBoundary unless `offset` is a message boundary of `journal` at or above
+    its first available offset (see `message_at`)."""
+    inside = message_at(client, journal, offset)
+    if inside is None:
+        return
+    begin, end = inside
+    if begin < 0:
+        raise NotAMessageBoundary(group, journal, offset, None, end, trimmed=True)
+    raise NotAMessageBoundary(group, journal, offset, begin, end)
+
+
 def _target_offsets(
-    client: "JournalClient", names: Sequence[str], to: ResetTarget, current: Mapping[str, int]
+    client: "JournalClient",
+    group: str,
+    names: Sequence[str],
+    to: ResetTarget,
+    current: Mapping[str, int],
 ) -> dict[str, int]:
     if isinstance(to, datetime):
         return {j: offset_at_time(client, j, to) for j in names}
@@ -230,9 +321,15 @@ def _target_offsets(
                     f"reset_group: offset of journal {j!r} must be an int in [0, {head}] (its"
                     f" head), not {offset!r}"
                 )
+            if offset == 0:  # the first available offset, recorded as it is
+                offset = first_available_offset(client, j)
+            else:
+                _check_boundary(client, group, j, offset)
             out[j] = offset
         return out
-    return {j: 0 if to == "beginning" else client.head(j) for j in names}
+    if to == "beginning":
+        return {j: first_available_offset(client, j) for j in names}
+    return {j: client.head(j) for j in names}
 
 
 def _describe(to: ResetTarget) -> str:
@@ -255,9 +352,12 @@ def reset_group(
     """Move the group with a new checkpoint per shard; returns them. Running instances
     are fenced out by it.
 
-    `to`: "beginning" (offset 0), "head" (skip what is in the journals now), a mapping
+    `to`: "beginning" (each journal's first available offset: 0 unless trimmed), "head"
+    (skip what is in the journals now), a mapping
     `{journal: offset}` (those journals only; the others keep their offsets and producer
-    states; offsets should be message boundaries, e.g. ones `group_status` showed), or an
+    states; each offset must be a message boundary at or above the journal's first
+    available offset, e.g. one `group_status` showed, or 0 for the first available: else
+    NotAMessageBoundary naming the nearest boundaries, before anything is written), or an
     aware datetime (per journal, the first message whose UUID time is >= it:
     `offset_at_time`, which documents the cost). Producer states of moved journals are
     dropped, so a transaction that began before the new offset is not delivered.
@@ -299,7 +399,7 @@ def reset_group(
             j for j in extra if store.shard is None or shard_of(j, info.shards) == store.shard
         )
         current = {j: base.offsets.get(j, 0) for j in names}
-        offsets = _target_offsets(client, sorted(names), to, current)
+        offsets = _target_offsets(client, group, sorted(names), to, current)
         moved = {j for j in names if j not in base.offsets or offsets[j] != base.offsets[j]}
         if isinstance(to, Mapping):
             producers = [p for p in base.producers if p.journal not in moved]

@@ -28,6 +28,14 @@ Exactly once with the checkpoint, on any store:
   is below the oldest kept checkpoint's: anything a later checkpoint may reference is
   either referenced by the newest checkpoint (which is kept) or numbered above it.
 
+Integrity: every state object is checked when recovery reads it, and anything wrong is a
+CheckpointError naming the object's storage path, never a different state. A snapshot's
+CRC-32C is recorded in the reference that names it (`snapshot_crc32c`, inside the
+checkpoint, whose state has a checksum of its own); a delta ends with its own CRC-32C (a
+last member `"crc32c"`, over the object's bytes before it). Objects written before these
+checksums existed (no `snapshot_crc32c` in the reference, no `crc32c` in the delta) are
+still read: such a snapshot gets SQLite's `PRAGMA integrity_check` instead.
+
 Invariant of the local database: `SQLiteStateEngine.local_ref` names (by the token of its
 last object) the state the database holds outside the open transaction; recovery
 rebuilds the database from the store unless the recovered checkpoint references exactly
@@ -46,9 +54,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import crc32c
 import orjson
 
-from oncelog.consumer.checkpoint import CheckpointError, ConsumerError, new_token
+from oncelog.consumer.checkpoint import (
+    CheckpointError,
+    ConsumerError,
+    _display_path,
+    new_token,
+)
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
@@ -70,6 +84,36 @@ STATE_REF_FORMAT = "oncelog-sqlite-state/1"
 DELTA_FORMAT = "oncelog-sqlite-delta/1"
 _OBJECT_NAME = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{32})\.(delta|sqlite|ops)$")
 _MISSING = object()
+_SEAL = re.compile(rb',"crc32c":"([0-9a-f]{8})"\}\Z')
+
+
+def checksum(data: bytes) -> str:
+    """The CRC-32C of `data`, as the 8 hex digits stored with state objects."""
+    return f"{crc32c.crc32c(data):08x}"
+
+
+def seal(doc: bytes) -> bytes:
+    """A JSON object's bytes with its CRC-32C appended as a last member `"crc32c"` (over
+    the bytes of the object without it), so a reader can check the exact bytes written."""
+    if not (doc.startswith(b"{") and doc.endswith(b"}")) or doc == b"{}":
+        raise ValueError("seal() takes the bytes of a non-empty JSON object")
+    return doc[:-1] + b',"crc32c":"' + checksum(doc).encode() + b'"}'
+
+
+def unseal(data: bytes) -> tuple[bytes, bool]:
+    """The bytes `seal` was given, and whether a checksum was there (False: an object
+    written before checksums, returned as is); ValueError if the checksum does not match."""
+    m = _SEAL.search(data)
+    if m is None:
+        return data, False
+    body = data[: m.start()] + b"}"
+    actual = checksum(body)
+    if m.group(1).decode() != actual:
+        raise ValueError(
+            f"its bytes do not match its checksum (crc32c {m.group(1).decode()!r}, computed"
+            f" {actual!r}): the object was damaged or edited"
+        )
+    return body, True
 
 
 class StateObjectMissing(CheckpointError):
@@ -85,6 +129,15 @@ def state_directory(checkpoint_directory: str) -> str:
 def is_sqlite_ref(state: Any) -> bool:
     """True if a checkpoint's state is a reference to SQLite state objects."""
     return isinstance(state, dict) and state.get("format") == STATE_REF_FORMAT
+
+
+def _ref(snapshot: str | None, crc: str | None, deltas: list[str]) -> dict[str, Any]:
+    """A checkpoint's reference to SQLite state: its snapshot (with the snapshot's
+    CRC-32C, when known) and the deltas after it, in order."""
+    ref: dict[str, Any] = {"format": STATE_REF_FORMAT, "snapshot": snapshot, "deltas": deltas}
+    if crc is not None:
+        ref["snapshot_crc32c"] = crc
+    return ref
 
 
 def state_object_names(state: Any) -> set[str]:
@@ -234,7 +287,7 @@ class BackgroundWrite:
     when made. `result()` waits for the write and raises its error; the bytes are dropped
     once written. The write is bounded by the client's retry timeout."""
 
-    __slots__ = ("name", "path", "size", "_done", "_error", "_thread")
+    __slots__ = ("name", "path", "size", "crc32c", "_done", "_error", "_thread")
 
     def __init__(
         self,
@@ -247,6 +300,8 @@ class BackgroundWrite:
         self.name = name
         self.path = f"{directory}/{name}"
         self.size = len(data)
+        self.crc32c = checksum(data)
+        """The CRC-32C of the bytes, recorded in the reference naming the object."""
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -376,7 +431,7 @@ class SQLiteStateEngine:
         pending, self._pending = self._pending, None
         if pending is not None:
             waits.append(pending)
-            base = {"format": STATE_REF_FORMAT, "snapshot": pending.name, "deltas": []}
+            base = _ref(pending.name, pending.crc32c, [])
         if not changes:
             self.ref = base if pending is not None else self.ref
             return base, objects, waits
@@ -384,8 +439,9 @@ class SQLiteStateEngine:
         every = self.options.snapshot_every
         if every == 1:
             name = f"{seq:016x}-{token}.sqlite"
-            objects.append((f"{self.directory}/{name}", self._db.serialize()))
-            ref = {"format": STATE_REF_FORMAT, "snapshot": name, "deltas": []}
+            image = self._db.serialize()
+            objects.append((f"{self.directory}/{name}", image))
+            ref = _ref(name, checksum(image), [])
         else:
             name = f"{seq:016x}-{token}.delta"
             put = {k: orjson.Fragment(v) for k, v in changes.items() if v is not None}
@@ -396,12 +452,8 @@ class SQLiteStateEngine:
                 "put": put,
                 "delete": [k for k, v in changes.items() if v is None],
             }
-            objects.append((f"{self.directory}/{name}", orjson.dumps(doc)))
-            ref = {
-                "format": STATE_REF_FORMAT,
-                "snapshot": base["snapshot"],
-                "deltas": [*base["deltas"], name],
-            }
+            objects.append((f"{self.directory}/{name}", seal(orjson.dumps(doc))))
+            ref = _ref(base["snapshot"], base.get("snapshot_crc32c"), [*base["deltas"], name])
             if len(ref["deltas"]) + 1 >= every:
                 # Off the critical path: this commit writes its delta, and the next
                 # commit's checkpoint references the snapshot once it is durable.
@@ -424,7 +476,9 @@ class SQLiteStateEngine:
     def load(self, ref: Any, where: str) -> None:
         """Make the local database hold the state `ref` (a checkpoint's state, None for a
         fresh group) references; CheckpointError naming `where` if it is not SQLite state,
-        StateObjectMissing if an object is gone. Nothing is written."""
+        StateObjectMissing if an object is gone, CheckpointError naming the object's path
+        and what is wrong if one is damaged (checksum mismatch, empty, not a database, not
+        a delta). Nothing is written, and the local database is unchanged on error."""
         self.rollback()
         if ref is None:
             released = self.options.directory is not None and not self._db_path
@@ -439,29 +493,16 @@ class SQLiteStateEngine:
                 " run with state='json' (reset it, or use another group)"
             )
         snapshot, deltas = ref.get("snapshot"), ref.get("deltas")
+        crc = ref.get("snapshot_crc32c")
         if not (snapshot is None or isinstance(snapshot, str)) or not (
             isinstance(deltas, list) and all(isinstance(d, str) for d in deltas)
-        ):
+        ) or not (crc is None or (isinstance(crc, str) and snapshot is not None)):
             raise CheckpointError(f"corrupt consumer checkpoint {where}: bad state {ref!r}")
         if self.ref is not None and _ref_id(self.ref) == _ref_id(ref):
             return  # the local database is exactly that state already
         image = None if snapshot is None else self._read(snapshot, where)
+        db, path = self._open_snapshot(snapshot, image, crc, where)
         try:
-            db, path = _open_db(self.options.directory, image)
-        except sqlite3.DatabaseError as exc:
-            raise CheckpointError(
-                f"consumer checkpoint {where}: state snapshot {snapshot} is not a"
-                f" SQLite state database: {exc}"
-            ) from None
-        try:
-            if image is not None:
-                try:
-                    db.execute("SELECT count(*) FROM kv").fetchone()
-                except sqlite3.DatabaseError as exc:
-                    raise CheckpointError(
-                        f"consumer checkpoint {where}: state snapshot {snapshot} is not a"
-                        f" SQLite state database: {exc}"
-                    ) from None
             del image
             for name in deltas:
                 self._apply(db, name, self._read(name, where), where)
@@ -470,32 +511,97 @@ class SQLiteStateEngine:
             raise
         _close_db(self._db, self._db_path)
         self._db, self._db_path = db, path
-        self.ref = {"format": STATE_REF_FORMAT, "snapshot": snapshot, "deltas": list(deltas)}
+        self.ref = _ref(snapshot, crc, list(deltas))
+
+    def _open_snapshot(
+        self, name: str | None, image: bytes | None, crc: str | None, where: str
+    ) -> tuple[sqlite3.Connection, str]:
+        """A working database holding snapshot `name`'s bytes `image` (empty if None),
+        checked: against `crc` (from the reference), else (a snapshot written before
+        checksums) by SQLite's integrity check. CheckpointError naming the object."""
+        if image is None or name is None:
+            return _open_db(self.options.directory)
+        what = f"state snapshot {self.object_path(name)} (referenced by {where})"
+        if crc is not None and checksum(image) != crc:
+            raise CheckpointError(
+                f"{what} is damaged: its {len(image)} bytes do not match the checksum its"
+                f" reference records (crc32c {crc!r}, computed {checksum(image)!r})"
+            )
+        if not image:
+            raise CheckpointError(f"{what} is damaged: it is empty, not a SQLite database")
+        try:
+            db, path = _open_db(self.options.directory, image)
+        except (sqlite3.Error, MemoryError, OverflowError, ValueError) as exc:
+            raise CheckpointError(
+                f"{what} is not a SQLite state database: {type(exc).__name__}: {exc}"
+            ) from None
+        try:
+            if crc is None:
+                problems = [row[0] for row in db.execute("PRAGMA integrity_check")]
+                if problems != ["ok"]:
+                    raise CheckpointError(
+                        f"{what} is damaged: SQLite's integrity check says: "
+                        + "; ".join(str(p) for p in problems[:5])
+                    )
+            db.execute("SELECT count(*) FROM kv").fetchone()
+        except (sqlite3.Error, MemoryError, OverflowError) as exc:
+            _close_db(db, path)
+            raise CheckpointError(
+                f"{what} is not a SQLite state database: {type(exc).__name__}: {exc}"
+            ) from None
+        except BaseException:
+            _close_db(db, path)
+            raise
+        return db, path
+
+    def object_path(self, name: str) -> str:
+        """The full storage path of state object `name`, as named in errors."""
+        return _display_path(self.client, f"{self.directory}/{name}")
 
     def _read(self, name: str, where: str) -> bytes:
         if object_seq(name) is None:
             raise CheckpointError(
                 f"corrupt consumer checkpoint {where}: bad state object name {name!r}"
             )
-        data = self.client.read_object(f"{self.directory}/{name}")
+        try:
+            data = self.client.read_object(f"{self.directory}/{name}")
+        except Exception as exc:  # an unreadable object: named, never a different state
+            raise CheckpointError(
+                f"cannot read state object {self.object_path(name)} (referenced by {where}):"
+                f" {type(exc).__name__}: {exc}"
+            ) from exc
         if data is None:
             raise StateObjectMissing(
-                f"consumer checkpoint {where} references state object {self.directory}/{name},"
+                f"consumer checkpoint {where} references state object {self.object_path(name)},"
                 " which does not exist"
             )
         return data
 
-    @staticmethod
-    def _apply(db: sqlite3.Connection, name: str, data: bytes, where: str) -> None:
+    def _apply(self, db: sqlite3.Connection, name: str, data: bytes, where: str) -> None:
+        """Apply delta `name` (its bytes `data`) to `db`, after checking its checksum (if
+        it has one: older deltas have none) and its form: CheckpointError naming it."""
         try:
-            doc = orjson.loads(data)
-            if doc.get("format") != DELTA_FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}")
+            body, _sealed = unseal(data)
+            doc = orjson.loads(body)
+            if not isinstance(doc, dict) or doc.get("format") != DELTA_FORMAT:
+                raise ValueError(
+                    f"format {doc.get('format') if isinstance(doc, dict) else doc!r}, expected"
+                    f" {DELTA_FORMAT!r}"
+                )
+            if "crc32c" in doc:
+                raise ValueError("its checksum member is damaged")
+            if object_seq(name) != doc.get("seq"):
+                raise ValueError(f"it names checkpoint {doc.get('seq')!r}, not its own")
             put = [(k, orjson.dumps(v)) for k, v in doc["put"].items()]
             delete = [(k,) for k in doc["delete"]]
+            if not all(isinstance(k, str) for k, _v in put) or not all(
+                isinstance(k, str) for (k,) in delete
+            ):
+                raise ValueError("a key is not a string")
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
-                f"consumer checkpoint {where}: state delta {name} is corrupt: {exc}"
+                f"state delta {self.object_path(name)} (referenced by {where}) is corrupt:"
+                f" {exc}"
             ) from None
         db.execute("BEGIN")
         db.executemany("INSERT OR REPLACE INTO kv (k, v) VALUES (?, ?)", put)
