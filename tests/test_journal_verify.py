@@ -5,6 +5,9 @@ of the SHA1 (which stays in the name), falling back to the SHA1 without them; th
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,11 +26,15 @@ from oncelog.journal import (
     JournalClient,
     VerifyReport,
     _blocks,
+    compaction,
 )
 from oncelog.journal import fragment as fragment_module
+from oncelog.journal import verify as verify_module
 from oncelog.journal._blocks import block_sums
+from oncelog.journal.errors import MissingFragment, StorageUnavailable
 from oncelog.journal.fragment import Codec, content_sum, encode
 from oncelog.journal.store import Claim
+from oncelog.testing.fixtures import StoreTarget
 
 
 @pytest.fixture
@@ -303,3 +310,392 @@ def test_cli_gc_dry_run_lists_what_gc_deletes_and_deletes_nothing(cli: Cli) -> N
     real = cli.run("gc", name)
     assert real.stdout == dry.stdout
     assert len(client.store.list_fragments(name)) == 1
+
+
+# -- verify checks what readers read: after compaction, retirement and trims --------------------
+
+
+def msg(i: int) -> bytes:
+    return b'{"n": %d}\n' % i
+
+
+def append_msgs(client: JournalClient, name: str, count: int, start: int = 0) -> None:
+    for i in range(start, start + count):
+        client.append(name, msg(i))
+
+
+def read_all(client: JournalClient, name: str) -> bytes:
+    with client.read(name) as reader:
+        return reader.read()
+
+
+def compacted(client: JournalClient, name: str, offset: int) -> Fragment:
+    """The fragment of the newest compaction record holding `offset` (what readers read)."""
+    fragment = fragment_of(client, name, offset)
+    record, _, _ = compaction.newest_record(client.store, name)
+    assert record is not None
+    assert fragment.content_name in {f.content_name for f in record.fragments}
+    return fragment
+
+
+def verified(target: StoreTarget, name: str) -> VerifyReport:
+    """Verify `name` from a cold client and check the report is clean and covers exactly
+    what that client's readers read: the same fragments and bytes, from the first
+    available offset to the head."""
+    cold = target.open()
+    try:
+        report = cold.verify(name)
+        assert report.problems == [] and report.ok
+        fragments = cold.fragments(name)
+        assert report.fragments == len(fragments)
+        assert report.bytes == sum(f.content_length for f in fragments)
+        assert report.begin == cold.first_offset(name)
+        assert report.head == cold.head(name)
+        assert len(read_all(cold, name)) == report.head - report.begin
+        return report
+    finally:
+        cold.close()
+
+
+def _compact(client: JournalClient, name: str) -> None:
+    append_msgs(client, name, 60)
+    assert client.compact(name).record_won  # default grace: the small claims stay a while
+
+
+def _compact_retire_now(client: JournalClient, name: str) -> None:
+    append_msgs(client, name, 60)
+    assert client.compact(name, retire_grace=0).retired is not None
+    append_msgs(client, name, 5, 60)  # claims after the record
+
+
+def _gc(client: JournalClient, name: str) -> None:
+    append_msgs(client, name, 60)
+    client.compact(name)
+    client.gc(name, grace=0)  # retires what the record covers
+
+
+def _trim_by_offset(client: JournalClient, name: str) -> None:
+    append_msgs(client, name, 30)  # 290 bytes, compacted into [0, 100), [100, 200), [200, 290)
+    client.compact(name, retire_grace=0)
+    append_msgs(client, name, 10, 30)
+    assert client.trim(name, before=150).first == 100  # inside the record
+
+
+def _trim_past_the_record(client: JournalClient, name: str) -> None:
+    append_msgs(client, name, 30)
+    client.compact(name, retire_grace=0)
+    append_msgs(client, name, 10, 30)
+    point = client.head(name) - 25
+    assert client.trim(name, before=point).first > 290  # claims after the record
+
+
+def _trim_without_compaction(client: JournalClient, name: str) -> None:
+    append_msgs(client, name, 20)
+    assert client.trim(name, before=100).first == 100
+
+
+def _trim_during_compaction(client: JournalClient, name: str) -> None:
+    append_msgs(client, name, 30)
+    client.compact(name, retire_grace=0)
+    append_msgs(client, name, 20, 30)
+    trimmed: list[int] = []
+
+    def trim_once(done: int, total: int) -> None:
+        if not trimmed:
+            trimmed.append(client.trim(name, before=150).first)
+
+    client.compact(name, retire_grace=0, progress=trim_once)
+    assert trimmed and trimmed[0] > 0
+
+
+MAINTENANCE = {
+    "compact": _compact,
+    "compact-retire-0": _compact_retire_now,
+    "gc": _gc,
+    "trim-offset": _trim_by_offset,
+    "trim-past-record": _trim_past_the_record,
+    "trim-no-record": _trim_without_compaction,
+    "trim-during-compact": _trim_during_compaction,
+}
+
+
+@pytest.mark.parametrize("maintenance", list(MAINTENANCE))
+def test_verify_is_clean_after_maintenance(store_url: StoreTarget, maintenance: str) -> None:
+    client = store_url.open()
+    try:
+        name = new_journal(client, length=100)
+        MAINTENANCE[maintenance](client, name)
+        report = verified(store_url, name)
+        # Claims below the record's end are left for retirement (the one at the highest
+        # offset below it always): counted, never checked.
+        assert report.retiring >= 1
+        if maintenance == "compact":
+            assert report.retiring == 60 and report.fragments < 10
+    finally:
+        client.close()
+
+
+def test_verify_is_clean_after_trim_by_retention(local_store: StoreTarget) -> None:
+    client = local_store.open()
+    try:
+        name = new_journal(client, length=100, retention=3600)
+        append_msgs(client, name, 30)
+        old = time.time() - 2 * 3600
+        for fragment in client.store.list_fragments(name):  # written two hours ago
+            os.utime(os.path.join(local_store.url, fragment.content_path), (old, old))
+        client.compact(name, retire_grace=0)
+        through = client.head(name)
+        append_msgs(client, name, 10, 30)
+        assert client.trim(name).first == through  # the record's fragments are too old
+        report = verified(local_store, name)
+        assert report.begin == through and report.fragments == 10
+    finally:
+        client.close()
+
+
+def test_verify_reports_a_corrupt_compacted_fragment_as_readers_do(
+    store_url: StoreTarget, small_blocks: int
+) -> None:
+    client = store_url.open()
+    try:
+        name = new_journal(client, length=200)
+        append_msgs(client, name, 60)
+        client.compact(name)  # the small fragments stay (grace): they must not be checked
+        fragment = compacted(client, name, 300)
+        corrupt(client, store_url.kind, fragment, 300)
+        report = client.verify(name)
+        (problem,) = report.problems
+        assert (problem.journal, problem.fragment) == (name, fragment.content_name)
+        assert (problem.begin, problem.end) == (fragment.begin, fragment.end)
+        assert "SHA1" in problem.what and "CRC-32C" in problem.what
+        lo = fragment.begin + (300 - fragment.begin) // 64 * 64
+        assert f"offsets {lo}-{min(lo + 64, fragment.end)}" in problem.what
+        assert "compaction record" in problem.what
+        text = str(problem)
+        assert repr(name) in text and f"offsets {fragment.begin}-{fragment.end}" in text
+        cold = store_url.open()
+        try:
+            with pytest.raises(FragmentChecksumError, match=fragment.content_name):
+                read_all(cold, name)  # readers fail on the very same fragment
+        finally:
+            cold.close()
+    finally:
+        client.close()
+
+
+def test_verify_reports_a_missing_compacted_fragment(store_url: StoreTarget) -> None:
+    client = store_url.open()
+    try:
+        name = new_journal(client, length=200)
+        append_msgs(client, name, 60)
+        client.compact(name)
+        fragment = compacted(client, name, 300)
+        client.store.delete_fragments([fragment])
+        (problem,) = client.verify(name).problems
+        assert (problem.fragment, problem.begin, problem.end) == (
+            fragment.content_name,
+            fragment.begin,
+            fragment.end,
+        )
+        assert "fragment missing" in problem.what and "compaction record" in problem.what
+        cold = store_url.open()
+        try:
+            with pytest.raises(MissingFragment):
+                read_all(cold, name)
+        finally:
+            cold.close()
+    finally:
+        client.close()
+
+
+def test_verify_reports_a_corrupt_record(store_url: StoreTarget) -> None:
+    client = store_url.open()
+    try:
+        name = new_journal(client, length=200)
+        append_msgs(client, name, 60)
+        through = client.compact(name).through
+        append_msgs(client, name, 3, 60)
+        (rec,) = compaction.list_records(client.store, name)
+        path = compaction.record_path(client.store, name, rec.name)
+        client.store.fs.pipe_file(path, b'{"journal": "not json')
+        report = client.verify(name)
+        (problem,) = report.problems
+        assert problem.journal == name and rec.name in problem.fragment
+        assert (problem.begin, problem.end) == (0, through)
+        assert "cannot be parsed" in problem.what
+        assert report.fragments == 3 and report.head == client.head(name)  # claims after it
+        cold = store_url.open()
+        try:
+            with pytest.raises(compaction.CorruptRecord):
+                read_all(cold, name)
+        finally:
+            cold.close()
+    finally:
+        client.close()
+
+
+def test_verify_reports_a_gap_after_the_record(memory_store: StoreTarget) -> None:
+    client = memory_store.open()
+    try:
+        name = new_journal(client, length=100)
+        append_msgs(client, name, 30)
+        through = client.compact(name, retire_grace=0).through
+        append_msgs(client, name, 3, 30)
+        client.store.delete_claims(name, [through])
+        gaps = [p for p in client.verify(name).problems if p.what.startswith("gap")]
+        assert [(g.begin, g.end) for g in gaps] == [(through, through + len(msg(30)))]
+        assert "compaction record" in gaps[0].what
+    finally:
+        client.close()
+
+
+def test_verify_starts_over_when_retirement_removes_what_it_was_about_to_read(
+    store_url: StoreTarget,
+) -> None:
+    """A compaction (retiring at once) between verify's listing and its reads deletes a
+    fragment of the record verify uses: no false "missing", the check starts over."""
+    client = store_url.open()
+    try:
+        name = new_journal(client, length=100)
+        append_msgs(client, name, 25)  # compacted into 100 + 100 + 40 bytes
+        client.compact(name, retire_grace=0)
+        (old,) = compaction.list_records(client.store, name)
+        last = compacted(client, name, client.head(name) - 1)
+        assert last.content_length < 100  # the next compaction merges it, and retires it
+        append_msgs(client, name, 10, 25)
+        seen: list[tuple[int, int]] = []
+
+        def compact_once(done: int, total: int) -> None:
+            seen.append((done, total))
+            if done > 0 and len(seen) == 2:
+                assert client.compact(name, retire_grace=0).record_won
+                assert not any(f.content_name == last.content_name
+                               for f in client.store.list_fragments(name))
+
+        report = client.verify(name, progress=compact_once)
+        assert report.ok, report.problems
+        assert compaction.list_records(client.store, name)[-1].name != old.name
+        assert [d for d, _ in seen] == sorted(d for d, _ in seen)  # progress never goes back
+        assert [t for _, t in seen] == sorted(t for _, t in seen)
+        assert seen[-1][0] == seen[-1][1]
+        verified(store_url, name)
+    finally:
+        client.close()
+
+
+def test_verify_starts_over_when_a_trim_runs_meanwhile(store_url: StoreTarget) -> None:
+    client = store_url.open()
+    try:
+        name = new_journal(client, length=100)
+        append_msgs(client, name, 40)
+        client.compact(name, retire_grace=0)
+        trimmed: list[int] = []
+
+        def trim_once(done: int, total: int) -> None:
+            if done > 0 and not trimmed:
+                trimmed.append(client.trim(name, before=300).first)
+
+        report = client.verify(name, progress=trim_once)
+        assert report.ok, report.problems
+        assert trimmed and report.begin == trimmed[0] > 100
+    finally:
+        client.close()
+
+
+def test_verify_gives_up_when_every_attempt_is_overtaken(memory_store: StoreTarget) -> None:
+    """A trim on every attempt (after its first fragment) makes each one find fragments the
+    new record no longer names: after a bounded number of attempts verify says to try
+    again (StorageUnavailable), never reports those fragments missing."""
+    client = memory_store.open()
+    try:
+        name = new_journal(client, length=20)
+        append_msgs(client, name, 10, 10)  # ten fragments of 10 bytes...
+        client.compact(name, retire_grace=0)  # ...compacted into pairs: 20 bytes each
+        append_msgs(client, name, 50, 20)
+        client.compact(name, retire_grace=0)
+        totals: list[int] = []
+        trims: list[int] = []
+
+        def trim_each_attempt(done: int, total: int) -> None:
+            if not totals or total != totals[-1]:
+                totals.append(total)  # a new attempt (its total is added)
+            elif len(trims) < len(totals) and done > 0:
+                trims.append(client.trim(name, before=client.first_offset(name) + 45).first)
+
+        with pytest.raises(StorageUnavailable, match="try again") as info:
+            client.verify(name, progress=trim_each_attempt)
+        assert repr(name) in str(info.value)
+        assert len(totals) == len(trims) == verify_module._ATTEMPTS  # bounded
+        assert trims == sorted(trims)
+        verified(memory_store, name)  # once left alone, clean
+    finally:
+        client.close()
+
+
+MAINTAINER = r"""
+import json, sys
+from oncelog.journal import open_journals
+from oncelog.testing.faults import kill_after_writes
+url, options, name, kill_at = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+client = open_journals(url, **options)
+writes = kill_after_writes(client, kill_at)
+client.compact(name, retire_grace=0)
+client.trim(name, before=client.head(name) - 25)
+print(writes(), flush=True)
+"""
+
+
+def test_verify_is_clean_after_a_maintainer_sigkilled_at_any_write(
+    local_store: StoreTarget,
+) -> None:
+    """A compaction + retirement + trim killed after any of its writes (half-retired
+    claims and fragments, a record without its deletions, unreferenced big fragments)
+    leaves a journal that verify finds clean, checking exactly what readers read."""
+
+    def run(kill_at: int) -> subprocess.CompletedProcess[str]:
+        name = new_journal(client, length=100)
+        append_msgs(client, name, 30)
+        client.compact(name, retire_grace=0)
+        append_msgs(client, name, 20, 30)
+        proc = subprocess.run(
+            [sys.executable, "-c", MAINTAINER, local_store.url,
+             orjson.dumps(local_store.storage_options).decode(), name, str(kill_at)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+        verified(local_store, name)
+        return proc
+
+    client = local_store.open()
+    try:
+        full = run(0)  # never killed: count its writes
+        assert full.returncode == 0
+        writes = int(full.stdout.split()[-1])
+        assert writes >= 6, writes
+        killed = 0
+        for kill_at in range(1, writes + 1):  # after each write of the run
+            killed += run(kill_at).returncode == -signal.SIGKILL
+        assert killed == writes
+    finally:
+        client.close()
+
+
+def test_cli_verify_after_maintenance(cli: Cli, small_blocks: int) -> None:
+    client = cli.client
+    name = new_journal(client, length=100)
+    _trim_past_the_record(client, name)  # the claim kept below the record names a deleted
+    ok = cli.run("journals", "verify", name)  # fragment: readers never read it; exit 0
+    assert ok.stdout == b"" and ", 0 problems\n" in ok.stderr.decode()
+    first = client.first_offset(name)
+    doc = orjson.loads(cli.run("journals", "verify", name, "--format", "json").stdout)
+    assert doc[0]["problems"] == [] and doc[0]["begin"] == first > 290
+    assert doc[0]["retiring"] >= 1
+    append_msgs(client, name, 10, 40)
+    client.compact(name)
+    fragment = compacted(client, name, first)
+    corrupt(client, "local", fragment, first + 1)
+    bad = cli.run("journals", "verify", name, rc=1)
+    (line,) = bad.stdout.decode().splitlines()
+    assert repr(name) in line and fragment.content_name in line
+    assert f"offsets {fragment.begin}-{fragment.end}:" in line and "SHA1" in line
+    assert ", 1 problem\n" in bad.stderr.decode()

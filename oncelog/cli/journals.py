@@ -232,7 +232,7 @@ def describe(state: State, name: str, fmt: str) -> None:
     frags = client.fragments(name)
     content = sum(f.content_length for f in frags)
     stored = sum(f.size or 0 for f in frags)
-    begin = frags[0].begin if frags else head
+    begin = client.first_offset(name) if frags else head
     if fmt == "json":
         doc: dict[str, Any] = (
             spec.to_dict()
@@ -310,8 +310,9 @@ def delete(state: State, name: str, yes: bool) -> None:
 @store_options
 @pass_state
 def verify(state: State, names: tuple[str, ...], selector: str | None, fmt: str) -> None:
-    """Check journals in full: every claimed fragment read whole and checked against the SHA1
-    in its name and the CRC-32Cs in its claim; missing fragments and gaps between claims.
+    """Check journals in full: every fragment readers read (the compaction record's, then the
+    claimed ones) read whole and checked against the SHA1 in its name and the CRC-32Cs
+    recorded for it; missing fragments, unreadable records and claims, and gaps.
 
     Prints one line per problem (journal, fragment, offsets, what) and exits with status 1
     if any was found; a summary goes to stderr. Reads every byte of the journals.
@@ -324,17 +325,17 @@ def verify(state: State, names: tuple[str, ...], selector: str | None, fmt: str)
         raise click.UsageError("name a journal or give --selector")
     reports = []
     with progress("verify", total=None) as bar:
-        last = [0]  # bytes of the current journal checked so far
+        last = [0, 0]  # bytes of the current journal checked so far, and in all
 
         def advance(done: int, total: int) -> None:
-            if done == 0:
-                bar.add_total(total)  # the bar grows journal by journal
+            # The bar grows journal by journal (and when a check starts over).
+            bar.add_total(total - last[1])
             bar.advance(done - last[0])
-            last[0] = done
+            last[0], last[1] = done, total
 
         for name in targets:
             bar.describe(f"verify {name}")
-            last[0] = 0
+            last[0] = last[1] = 0
             report = client.verify(name, progress=advance)
             reports.append(report)
             if fmt != "json":
@@ -350,6 +351,7 @@ def verify(state: State, names: tuple[str, ...], selector: str | None, fmt: str)
                     "bytes": r.bytes,
                     "begin": r.begin,
                     "head": r.head,
+                    "retiring": r.retiring,
                     "problems": [
                         {
                             "journal": p.journal,

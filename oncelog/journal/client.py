@@ -643,16 +643,27 @@ class JournalClient:
         self, name: str, *, progress: Callable[[int, int], None] | None = None
     ) -> VerifyReport:
         """Check journal `name` in full and report every problem found (see
-        oncelog.journal.verify): each claimed fragment is read whole and checked against both
-        the SHA1 in its name and the CRC-32Cs in its claim; claims naming missing fragments,
-        unreadable claims and gaps between claims are reported too, each naming the journal,
-        the fragment and the offsets. `progress(done, total)` gets content bytes checked.
+        oncelog.journal.verify): each fragment readers read (the newest compaction record's
+        fragments from the first available offset, then the claimed ones from the record's
+        end on) is read whole and checked against both the SHA1 in its name and the
+        CRC-32Cs recorded for it (by the record, or by its claim); missing fragments,
+        unreadable records and claims, and gaps are reported too, each naming the journal,
+        the fragment and the offsets. Claims below the record's end (left for retirement)
+        are counted, not checked: readers never use them. A compaction, retirement or trim
+        running meanwhile makes it start over (bounded), never report a false "missing".
+        `progress(done, total)` gets content bytes checked.
 
-        Reads skip the SHA1 when a claim records CRC-32Cs; this is the check that the bytes
+        Reads skip the SHA1 when CRC-32Cs are recorded; this is the check that the bytes
         stored are the bytes named. It reads the whole journal: about 1-2 GB/s per core for
         the SHA1, plus the store's read rate. JournalNotFound for an unknown journal."""
         index = self._journal_index(name)  # reads are retried by the store (RetryingReads)
-        return verify_journal(self.store, name, gazette=index.gazette, progress=progress)
+        return verify_journal(
+            self.store,
+            name,
+            gazette=index.gazette,
+            incarnation=index.incarnation,
+            progress=progress,
+        )
 
     # -- compaction and retention ------------------------------------------------------------
 
