@@ -421,6 +421,8 @@ def test_delete_removes_records(memory_store: StoreTarget) -> None:
     client.compact(name)
     client.delete(name)
     assert not records(client, name)
+    # Nor the claims objects beside them.
+    assert not client.store.backend.list_dir(compaction.records_dir(client.store, name))
 
 
 def test_cli_compact_and_trim(local_store: StoreTarget) -> None:

@@ -266,7 +266,7 @@ def test_consumer_started_after_a_trim_checkpoints_true_offsets(store_url: Store
         pub.publish_committed(to, JSONMessage({"n": 41 + len(seen)})).result()
     ends = {b: e for b, e in spans}
     assert [n for _, _, n in seen][:25] == list(range(15, 40))
-    for begin, end, n in seen[:25]:
+    for begin, end, _n in seen[:25]:
         assert ends[begin] == end  # the offsets it was written at
     assert len({b for b, _, _ in seen}) == len(seen)  # each once
     client.close()
@@ -288,3 +288,120 @@ def test_arrow_read_of_a_trimmed_journal(store_url: StoreTarget) -> None:
     assert table.column("begin").to_pylist() == [e.begin for e in envs[12:]]
     assert table.column("end").to_pylist() == [e.end for e in envs[12:]]
     client.close()
+
+
+def test_claim_whose_temp_file_a_gc_removed_is_written_again(
+    local_store: StoreTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gc with a grace shorter than a paused writer's pause removes the temporary file of
+    its claim before the link: the claim is written again, not failed."""
+    import os
+
+    from oncelog.journal.backends import local
+
+    client = local_store.open()
+    name = new_journal(client)
+    real_link = os.link
+    removed: list[str] = []
+
+    def link(src: str, dst: str) -> None:
+        if "claims" in dst and not removed:
+            os.unlink(src)  # as `gc(grace=0)` in another process would
+            removed.append(src)
+        real_link(src, dst)
+
+    monkeypatch.setattr(local.os, "link", link)
+    result = client.append(name, msg(1))
+    assert removed and result.begin == 0
+    assert read_all(local_store.open(), name) == (0, msg(1))
+    client.close()
+
+
+def test_idle_writer_of_the_same_bytes_as_a_retired_append_is_not_lost(
+    store_url: StoreTarget,
+) -> None:
+    """The record's bytes at a stale claim's offsets can equal the idle writer's own (the
+    same line appended by another writer there): only the compaction's claims object says
+    whether the record consumed *this* claim."""
+    writers = [store_url.open() for _ in range(3)]
+    other = store_url.open()
+    name = new_journal(other, length=200)
+    same = b'{"tick": 1}\n'
+    for w in writers:
+        w.append(name, same)  # at 0, 12, 24: writers[0] remembers head 12
+    other.compact(name, retire_grace=3600)
+    compaction.retire(other, name, 0)
+    assert other.store.read_claim(name, 12) is None
+    result = writers[0].append(name, same)
+    assert result.begin == 36
+    _, data = read_all(store_url.open(), name)
+    assert data == same * 4
+    for c in (*writers, other):
+        c.close()
+
+
+def test_claim_consumed_by_a_compaction_before_its_check_counts(
+    store_url: StoreTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction (and retirement) that reads a writer's new claim between its creation
+    and the writer's check: the record holds the append; it is acknowledged there, once."""
+    from oncelog.journal.index import ClaimsIndex
+
+    writer = store_url.open()
+    other = store_url.open()
+    name = new_journal(other, length=50)
+    for i in range(5):
+        other.append(name, msg(i))
+    writer.head(name)
+    original = ClaimsIndex.check_own_claim
+    ran: list[int] = []
+
+    def check_own_claim(self: ClaimsIndex, begin: int) -> bool:
+        if not ran:
+            ran.append(begin)
+            other.compact(name, retire_grace=0)  # covers (and retires) the new claim
+            compaction.retire(other, name, 0)
+        return original(self, begin)
+
+    monkeypatch.setattr(ClaimsIndex, "check_own_claim", check_own_claim)
+    result = writer.append(name, msg(5, "w"))
+    assert ran == [result.begin]
+    # A record ends past the claim: the writer's check could not take it at its word.
+    assert compaction.list_records(other.store, name)[-1].through >= result.end
+    _, data = read_all(store_url.open(), name)
+    assert data == b"".join(msg(i) for i in range(5)) + msg(5, "w")
+    assert data[result.begin : result.end] == msg(5, "w")
+    assert writer.head(name) == len(data)
+    for c in (writer, other):
+        c.close()
+
+
+def test_idle_consumer_sees_everything_after_compaction_and_retirement(
+    store_url: StoreTarget,
+) -> None:
+    from oncelog.consumer import Consumer
+
+    client = store_url.open()  # the consumer's long-lived client
+    other = store_url.open()
+    name = new_journal(other, length=150)
+    to = lambda m: (name, "application/x-ndjson")  # noqa: E731
+    pub = Publisher(other)
+    seen: list[tuple[int, int]] = []
+    consumer = Consumer(client, "g-idle", [name], lambda env, txn: seen.append(
+        (env.begin, env.message.doc["n"])), max_messages=5)
+    for i in range(20):
+        pub.publish_committed(to, JSONMessage({"n": i})).result()
+    consumer.run(until_idle=True)
+    assert [n for _, n in seen] == list(range(20))
+    # Idle while others publish, compact and retire past its position.
+    for i in range(20, 45):
+        pub.publish_committed(to, JSONMessage({"n": i})).result()
+    compact_and_retire(other, name)
+    for i in range(45, 50):
+        pub.publish_committed(to, JSONMessage({"n": i})).result()
+    consumer.run(until_idle=True)
+    consumer.close()
+    assert [n for _, n in seen] == list(range(50))
+    assert [b for b, _ in seen] == [e.begin for e in read_committed(store_url.open(), name)]
+    client.close()
+    other.close()

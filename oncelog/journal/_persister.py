@@ -19,8 +19,9 @@ writer thread hands each sealed batch's bytes to `Persister.persist`, which
    claim an offset whose claim retirement deleted: the put-if-absent succeeds, yet readers
    take those offsets from the record. Such a *stale* claim is deleted and the batch goes
    to the true head, as after a lost race. A record made after the claim (a compaction
-   that read it) also ends past it: then the record's bytes at those offsets are this
-   batch's, which one verified read tells apart.
+   that read it) also ends past it: then the compaction's claims object lists this
+   claim's writer token, which tells the two apart (bytes would not: another writer may
+   have appended the very same bytes at those offsets).
 
 Threads and locks: a Persister is used by one writer thread at a time (its appender's) and
 takes no lock of the appender. Its counters `fragments_written` and `races_lost` are written
@@ -42,10 +43,10 @@ import crc32c
 from oncelog.journal._blocks import BlockSums, block_sums
 from oncelog.journal._retry import retry
 from oncelog.journal.backends import StagedFile
-from oncelog.journal.errors import AppendFailed, MissingFragment, OffsetNotAvailable
+from oncelog.journal.compaction import consumed_claims, list_records
+from oncelog.journal.errors import AppendFailed
 from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
 from oncelog.journal.index import ClaimsIndex
-from oncelog.journal.reader import JournalReader
 from oncelog.journal.store import Claim, FragmentStore
 
 __all__ = ["Persister"]
@@ -189,7 +190,7 @@ class Persister:
                 stored_crc,
             )
             if self._retry(lambda: self._try_claim(claim), f"claim offset {begin}", True):
-                if self._counts(claim, fragment, data):
+                if self._counts(claim, fragment):
                     self.fragments_written += 1
                     return begin
                 # A stale claim: nobody reads it. Remove it (retirement would, later) and
@@ -209,37 +210,34 @@ class Persister:
                 # names our object, which is now its fragment. Leave it; write ours afresh.
                 current = None
 
-    def _counts(self, claim: Claim, fragment: Fragment, data: bytearray) -> bool:
+    def _counts(self, claim: Claim, fragment: Fragment) -> bool:
         """After our claim was created: whether it is part of the journal (module, step 5).
-        True once the index holds it, or a record holds exactly `data` at its offsets."""
+        True once the index holds it, or a compaction consumed it."""
         what = f"check the claim at offset {claim.begin}"
         # Raises AppendFailed saying the outcome is unknown if the store stays down: the
         # claim exists, and whether it counts could not be found out.
         if self._retry(lambda: self.index.check_own_claim(claim.begin), what, True):
             self.index.add(claim, fragment)
             return True
-        landed: bool = self._retry(lambda: self._holds(fragment, data), what, True)
+        # A record ends past our claim: made after it (a compaction that read our claim:
+        # it counts), or before (the offset was retired, then claimed again by us).
+        landed: bool = self._retry(lambda: self._consumed(claim), what, True)
         return landed
 
-    def _holds(self, fragment: Fragment, data: bytearray) -> bool:
-        """Whether the journal (by its records) holds exactly `data` at the fragment's
-        offsets: one verified read. False where the offsets were trimmed meanwhile (the
-        batch is then appended again: a duplicate, which exactly-once readers drop, is
-        better than an acknowledged append that no reader sees)."""
-        index = self.index
-        if fragment.begin < index.first or fragment.end > index.compacted_through:
-            return False
-        got = bytearray()
-        try:
-            with JournalReader(self.store, index, fragment.begin) as reader:
-                while len(got) < len(data):
-                    piece = reader.read(len(data) - len(got))
-                    if not piece:
-                        break
-                    got += piece
-        except (MissingFragment, OffsetNotAvailable):
-            return False
-        return got == data
+    def _consumed(self, claim: Claim) -> bool:
+        """Whether a compaction consumed our claim (its record's claims object lists our
+        writer token at our offset): the record then holds our bytes there. Otherwise the
+        claim is stale: the offset had been retired before we claimed it. (If the record
+        that consumed it was itself retired before this check, after a pause of this
+        writer longer than the retirement grace, the batch is appended again: a duplicate,
+        never a loss.)"""
+        begin = claim.begin
+        for n in reversed(list_records(self.store, self.journal)):
+            if n.through > begin and consumed_claims(self.store, self.journal, n.name).get(
+                begin
+            ) == claim.writer:
+                return True
+        return False
 
     def _try_claim(self, claim: Claim) -> bool:
         """Create the claim; after a 'lost' answer, check whether an earlier attempt of ours

@@ -33,12 +33,20 @@ Invariants (what makes it safe without locks):
   same bytes, same names) and put-if-absent records; readers pick the max. A record never
   covers bytes its writer did not read from the store, verified.
 - Retirement (`retire`, run by `gc` and by `compact`) deletes small fragments and claims
-  below the `through` of a record older than the grace period, **except the claim at the
-  highest offset below that `through`**: so a listing of the claims directory is never
-  empty or short of the head, and an appender that has not seen the record (an older
-  oncelog, or one that listed before the record existed) still finds the head and never
-  claims an offset twice. Fragments referenced by the newest record or by a record newer
-  than the grace are never deleted.
+  below the `through` of a record older than the grace period, except the claim at the
+  highest offset below that `through` (so a listing of the claims directory is never
+  empty or short of the head). Fragments referenced by the newest record or by a record
+  newer than the grace are never deleted.
+- Claims below the newest record's `through` never count, whatever is stored there. A
+  writer idle while its journal was compacted and retired may create a claim at an offset
+  retirement freed: every reader, writer and compaction therefore takes a claim read at
+  offset X only if a listing of the records made after reading it shows none ending past
+  X (oncelog.journal.index), and a writer checks its own new claim the same way. A record
+  made *after* a writer's claim (a compaction that read it) also ends past it: each
+  compaction writes, before its record, a *claims object* beside it
+  (`<through>-<start>.claims`: `<begin> <writer token>` per claim it consumed), so the
+  writer can tell "consumed" (its append is in the record) from "stale" (append again at
+  the true head) by its own token, not by bytes another writer may have repeated.
 - Trimming writes a record whose `start` is the trim point (rounded down to a fragment
   boundary) before deleting anything, and never removes the last claim: the head and
   appends are untouched.
@@ -262,6 +270,42 @@ def record_path(store: FragmentStore, journal: str, name: str) -> str:
     return store.backend.join(META_DIR, RECORDS, journal, name)
 
 
+def claims_path(store: FragmentStore, journal: str, record: str) -> str:
+    """The record's *claims* object: `<through>-<start>.claims` beside it, one line
+    `<begin:016x> <writer token>` per claim the compaction consumed."""
+    return record_path(store, journal, record[: -len(".json")] + ".claims")
+
+
+def consumed_claims(store: FragmentStore, journal: str, record: str) -> dict[int, str]:
+    """{claim offset: writer token} of the claims the compaction that wrote `record`
+    consumed ({} if it wrote none: a trim, an older oncelog, or retired since)."""
+    try:
+        data = store.backend.read(claims_path(store, journal, record))
+    except FileNotFoundError:
+        return {}
+    out: dict[int, str] = {}
+    for line in data.decode("ascii", "replace").splitlines():
+        begin, _, writer = line.partition(" ")
+        try:
+            out[int(begin, 16)] = writer
+        except ValueError:
+            continue
+    return out
+
+
+def _foreign(record: CompactionRecord | None, names: list[RecordName]) -> set[str]:
+    """Records `newest_record` skipped above the one it returned: another incarnation's."""
+    key = record.key if record is not None else (-1, -1)
+    return {n.name for n in names if n.key > key}
+
+
+def _records_beyond(store: FragmentStore, journal: str, offset: int, foreign: set[str]) -> bool:
+    """Whether a record (not in `foreign`) ends past `offset` (one LIST)."""
+    return any(
+        n.through > offset and n.name not in foreign for n in list_records(store, journal)
+    )
+
+
 def list_records(store: FragmentStore, journal: str) -> list[RecordName]:
     """The journal's compaction records, by (through, start) ascending (one LIST)."""
     out = []
@@ -380,6 +424,7 @@ class _Piece:
     fragment: Fragment | None = None
     blocks: BlockSums | None = None
     claimed: bool = True
+    writer: str = ""  # the writer token of its claim (claimed pieces, once read)
 
     @property
     def length(self) -> int:
@@ -456,8 +501,9 @@ def _compact_once(
     codec = spec.fragment.codec
     incarnation = spec.incarnation or ""
     # Reads below are retried by the store (RetryingReads); writes retry here.
-    record, first, _ = newest_record(store, name, incarnation)
+    record, first, names = newest_record(store, name, incarnation)
     through0 = record.through if record is not None else 0
+    foreign = _foreign(record, names)
     begins = store.list_claim_begins(name, after=through0 - 1 if through0 else None)
     if record is None and begins:
         first = begins[0]
@@ -512,6 +558,13 @@ def _compact_once(
     if dry_run:
         return result
     _read_claims(client, name, claimed)
+    if _records_beyond(store, name, through0, foreign):
+        # A newer record appeared since planning: a claim read may be stale (made at an
+        # offset that record's retirement freed). Plan again from the newest record.
+        raise MissingFragment(
+            f"journal {name!r}: a compaction record newer than {through0} appeared while "
+            "this compaction read its claims"
+        )
     done = 0
     if progress is not None:
         progress(0, total)
@@ -551,6 +604,15 @@ def _compact_once(
         incarnation,
     )
     new.check()
+    # The claims it consumed, for writers that check their new claims (see
+    # `consumed_claims`): written before the record, with the same bytes by a racing
+    # compactor of the same range (same claims read).
+    sidecar = "".join(f"{p.begin:016x} {p.writer}\n" for p in claimed).encode()
+    client._with_retry(
+        lambda: store.backend.write(claims_path(store, name, new.name), sidecar),
+        f"write the claims of {new.name} of {name!r}",
+        ambiguous=True,
+    )
     result.record_won = client._create_object(
         record_path(store, name, new.name), new.to_bytes(), f"create {new.name} of {name!r}"
     )
@@ -581,6 +643,7 @@ def _read_claims(client: JournalClient, name: str, pieces: list[_Piece]) -> None
         for piece, claim in zip(window, claims):
             fragment = _claimed(name, piece, claim)
             piece.fragment, piece.blocks = fragment, claim.blocks if claim else None
+            piece.writer = claim.writer if claim else ""
 
 
 def _claimed(name: str, piece: _Piece, claim: Claim | None) -> Fragment:
@@ -725,7 +788,10 @@ def retire(
         return result
     store.delete_claims(name, result.claims)
     store.delete_fragments(result.fragments)
-    store.backend.delete([record_path(store, name, r) for r in result.records])
+    store.backend.delete(
+        [record_path(store, name, r) for r in result.records]
+        + [claims_path(store, name, r) for r in result.records]
+    )
     return result
 
 
@@ -846,9 +912,10 @@ def trim(
 
 
 def delete_records(store: FragmentStore, journal: str) -> None:
-    """Remove every compaction record of the journal (when it is deleted)."""
-    names = list_records(store, journal)
-    store.backend.delete([record_path(store, journal, n.name) for n in names])
+    """Remove every compaction record of the journal, and their claims objects (when it
+    is deleted)."""
+    directory = records_dir(store, journal)
+    store.backend.delete([f"{directory}/{o.name}" for o in store.backend.list_dir(directory)])
 
 
 # -- automatic compaction -------------------------------------------------------------------------

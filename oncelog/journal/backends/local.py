@@ -185,17 +185,29 @@ class LocalBackend(_Base):
         _unlink_quietly(staged.path)
 
     def create(self, path: str, data: bytes) -> bool:
+        """Create `path` only if absent: a temporary file written and fsync'd, then linked
+        (which fails if `path` exists). A temporary file removed before the link (a `gc`
+        with a grace shorter than this writer's pause, or its directory pruned) is written
+        again, a bounded number of times."""
         directory = os.path.dirname(path)
-        tmp = self._write_temp(directory, data)
-        try:
-            os.link(tmp, path)
-            created = True
-        except FileExistsError:
-            created = False
-        finally:
-            _unlink_quietly(tmp)
-        _fsync_dir(directory)
-        return created
+        for attempt in range(_CREATE_ATTEMPTS):
+            tmp = self._write_temp(directory, data)
+            try:
+                os.link(tmp, path)
+                created = True
+            except FileExistsError:
+                created = False
+            except FileNotFoundError:
+                if attempt == _CREATE_ATTEMPTS - 1:
+                    raise
+                with self._dirs_lock:
+                    self._dirs.discard(directory)
+                continue
+            finally:
+                _unlink_quietly(tmp)
+            _fsync_dir(directory)
+            return created
+        raise AssertionError("unreachable")
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -281,6 +293,9 @@ class LocalBackend(_Base):
                 pass
         for d in dirs:
             _fsync_dir(d)
+
+
+_CREATE_ATTEMPTS = 3
 
 
 def _fsync_dir(path: str) -> None:
