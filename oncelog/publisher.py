@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from oncelog import _bulkframing
-from oncelog.errors import FencedOut, OncelogError
+from oncelog.errors import FencedOut, TransactionError, TransactionExpired
 from oncelog.framing import Framing, for_content_type
 from oncelog.framing.base import EncodeError
 from oncelog.framing.base import _registry as _framings
@@ -61,14 +61,6 @@ _CONTINUE_TXN = Flags.CONTINUE_TXN
 
 Mapping = Callable[[Any], "tuple[str, str]"]
 """A mapping picks a message's journal: `mapping(msg) -> (journal_name, content_type)`."""
-
-
-class TransactionError(OncelogError, RuntimeError):
-    """A transaction could not be committed; its messages were rolled back where possible."""
-
-
-class TransactionExpired(TransactionError):
-    """The transaction published nothing for its keepalive and was rolled back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -769,7 +761,8 @@ class Publisher:
         caller appends the ACKs too, harmless) with this publisher fenced out from then on;
         not taken over, FencedOut (nothing committed); no longer knowable (the evidence was
         pruned), TransactionError saying so."""
-        from oncelog.transactions import Placement, TransactionRecord
+        from oncelog.coordination import Placement
+        from oncelog.transactions import TransactionRecord
 
         assert self._log is not None
         seq = self._seq + 1

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import logging
 import re
 import uuid
@@ -38,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from oncelog.errors import OncelogError
+from oncelog.coordination import FencedChain, Placement
+from oncelog.errors import InvalidTransactionalId, TransactionRecordError
 from oncelog.publisher import AckIntent, start_intents
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ __all__ = [
     "RECORD_FORMAT",
     "TransactionRecord",
     "TransactionRecordError",
+    "InvalidTransactionalId",
     "append_intents",
     "write_pending",
     "settle",
@@ -73,15 +74,12 @@ SETTLED = ".settled"
 _ID = re.compile(r"^[A-Za-z0-9_+=%-][A-Za-z0-9._+=%-]{0,127}$")
 
 
-class TransactionRecordError(OncelogError, ValueError):
-    """A transaction record cannot be parsed; the message names the object."""
-
-
 def validate_transaction_id(value: object, what: str = "transactional id") -> str:
     """Return `value` if it is a valid transactional id or write id (one path component of
-    letters, digits and `-_+.=%`, not starting with `.`, at most 128 characters)."""
+    letters, digits and `-_+.=%`, not starting with `.`, at most 128 characters), else
+    raise InvalidTransactionalId (a ValueError) naming it and the rule."""
     if not isinstance(value, str) or not _ID.match(value):
-        raise ValueError(
+        raise InvalidTransactionalId(
             f"invalid {what} {value!r}: use 1 to 128 letters, digits and -_+.=% "
             "(not starting with '.')"
         )
@@ -300,22 +298,6 @@ def commit_once(
 
 # -- the record chain of a transactional id ------------------------------------------------
 
-_SEQ_NAME = re.compile(r"^([0-9a-f]{16})\.json$")
-
-
-class Placement(enum.Enum):
-    """How a record write into a transactional id's chain ended (`TransactionalLog.put`)."""
-
-    WON = "won"
-    """Created at its seq, nothing newer: the writer owns the id."""
-    TAKEN = "taken"
-    """The seq was taken: the record was not written (the writer is fenced out)."""
-    SUPERSEDED = "superseded"
-    """Created, but newer records exist: the writer is fenced out, and its record was
-    either taken over by the instance that wrote the next seq, or written into a seq freed
-    by pruning (never rolled forward). `TransactionalLog.taken_over` tells which."""
-
-
 class TransactionalLog:
     """The records of one transactional id: `txns/ids/<id>/<seq:016x>.json`, each created
     only if absent at the seq after the latest.
@@ -339,30 +321,23 @@ class TransactionalLog:
         self.client = client
         self.id = validate_transaction_id(transactional_id)
         self.directory = f"{IDS_DIR}/{self.id}"
+        self.chain = FencedChain(client.meta, self.directory)
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be an int >= 1, not {keep!r}")
         self.keep = keep
 
     def path(self, seq: int) -> str:
-        return f"{self.directory}/{seq:016x}.json"
+        return self.chain.path(seq)
 
     def seqs(self, after: int | None = None) -> list[int]:
-        start = None if after is None else f"{after:016x}.json"
-        out = []
-        for name in self.client.list_objects(self.directory, after=start):
-            m = _SEQ_NAME.match(name)
-            if m:
-                out.append(int(m.group(1), 16))
-        return sorted(out)
+        return self.chain.numbers(after)
 
     def latest(self) -> tuple[int, TransactionRecord | None]:
         """The newest seq and its record ((0, None) for a new id)."""
-        seqs = self.seqs()
-        for seq in reversed(seqs):
-            record = read_record(self.client, self.path(seq))
-            if record is not None:
-                return seq, record
-        return 0, None
+        link = self.chain.latest()
+        if link is None:
+            return 0, None
+        return link.number, TransactionRecord.from_json(link.data, self.path(link.number))
 
     def fence(
         self, seq: int, previous: TransactionRecord | None, producer: bytes, clock: int
@@ -384,12 +359,10 @@ class TransactionalLog:
 
     def put(self, seq: int, record: TransactionRecord) -> Placement:
         """Create `record` at `seq` only if that seq is free, then check that nothing newer
-        exists (see `Placement`)."""
-        if not self.client.put_if_absent(self.path(seq), record.to_json()):
-            return Placement.TAKEN
-        if self.seqs(after=seq):
-            return Placement.SUPERSEDED
-        return Placement.WON
+        exists (`FencedChain.claim`). SUPERSEDED: the record was taken over by the instance
+        that wrote the next seq, or written into a seq freed by pruning (never rolled
+        forward); `taken_over` tells which."""
+        return self.chain.claim(seq, record.to_json())
 
     def write(self, seq: int, record: TransactionRecord) -> bool:
         """Store `record` at `seq` only if that seq is free and nothing newer exists; False
@@ -421,8 +394,7 @@ class TransactionalLog:
     def prune(self) -> None:
         """Delete all but the `keep` newest records (housekeeping; failures are logged)."""
         try:
-            for seq in self.seqs()[: -self.keep]:
-                self.client.delete_object(self.path(seq))
+            self.chain.prune(self.keep)
         except Exception as exc:  # noqa: BLE001 - the next prune catches up
             log.warning("pruning records of transactional id %r failed: %s", self.id, exc)
 

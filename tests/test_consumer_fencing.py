@@ -51,6 +51,7 @@ from oncelog.consumer import (  # noqa: E402
     prune_checkpoints,
     reset_group,
 )
+from oncelog.coordination import MetaStore
 from oncelog.framing import for_content_type  # noqa: E402
 from oncelog.journal import JournalSpec, open_journals  # noqa: E402
 from oncelog.journal.errors import JournalError  # noqa: E402
@@ -372,13 +373,13 @@ def test_a_recovery_from_a_recovery_checkpoint_checks_the_original_producer(loca
 def test_every_checkpoint_write_attempt_has_unique_bytes(local, monkeypatch):
     write_upstream(local, seed=31)
     written: list[tuple[str, bytes]] = []
-    real = type(local).put_if_absent
+    real = MetaStore.put_if_absent
 
     def put_if_absent(self, path, data):
         written.append((path, bytes(data)))
         return real(self, path, data)
 
-    monkeypatch.setattr(type(local), "put_if_absent", put_if_absent)
+    monkeypatch.setattr(MetaStore, "put_if_absent", put_if_absent)
     echo_consumer(local).run(until_idle=True)
     echo_consumer(local).recover()
     # The same checkpoint content twice (two resets of the same latest, the first
@@ -442,7 +443,7 @@ def test_an_unknown_checkpoint_outcome_aborts_without_rollback_then_recovery_set
     the checkpoint may or may not exist. The consumer acknowledges nothing, rolls
     nothing back, and the next run recovers: the outputs are exactly once either way."""
     write_upstream(local, seed=32)
-    real = type(local).put_if_absent
+    real = MetaStore.put_if_absent
     calls = {"n": 0}
 
     def put_if_absent(self, path, data):
@@ -455,7 +456,7 @@ def test_an_unknown_checkpoint_outcome_aborts_without_rollback_then_recovery_set
         return real(self, path, data)
 
     rollbacks = []
-    monkeypatch.setattr(type(local), "put_if_absent", put_if_absent)
+    monkeypatch.setattr(MetaStore, "put_if_absent", put_if_absent)
     monkeypatch.setattr(Publisher, "rollback", lambda self: rollbacks.append(self))
     consumer = echo_consumer(local, max_messages=3)
     with pytest.raises(StorageUnavailable):
@@ -502,7 +503,7 @@ def test_an_unknown_outcome_of_the_recovery_write_appends_nothing(local, monkeyp
     with pytest.raises(Crash):
         committer.run(until_idle=True)
     before = heads(local)
-    real = type(local).put_if_absent
+    real = MetaStore.put_if_absent
 
     def put_if_absent(self, path, data):
         if not path.startswith("checkpoints/"):
@@ -510,7 +511,7 @@ def test_an_unknown_outcome_of_the_recovery_write_appends_nothing(local, monkeyp
         assert real(self, path, data)
         raise StorageUnavailable("outcome unknown")
 
-    monkeypatch.setattr(type(local), "put_if_absent", put_if_absent)
+    monkeypatch.setattr(MetaStore, "put_if_absent", put_if_absent)
     with pytest.raises(StorageUnavailable):
         echo_consumer(local).recover()
     assert heads(local) == before

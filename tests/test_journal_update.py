@@ -129,7 +129,7 @@ def test_processes_updating_one_spec_lose_no_update(
     final = store.open().get("upd/many")
     expected = sorted(f"{w}-{i:03d}" for w in "pqr" for i in range(count))
     assert values(final, "seen") == expected
-    newest = _revisions.latest(client.store, "upd/many", final.incarnation)
+    newest = _revisions.latest(client, "upd/many", final.incarnation)
     assert newest is not None and newest.number == 3 * count
     assert newest.spec == final.to_json()
     client.close()
@@ -158,7 +158,7 @@ def test_an_update_cut_between_its_revision_and_spec_json_is_completed(
     current = journals.get("upd/cut")
     journals.update(replace(current, labels=LabelSet({"ver": "3"})), expect=current)
     assert values(journals.get("upd/cut"), "ver") == ["3"]
-    newest = _revisions.latest(journals.store, "upd/cut", spec.incarnation)
+    newest = _revisions.latest(journals, "upd/cut", spec.incarnation)
     assert newest is not None and newest.number == 2
 
 
@@ -166,10 +166,10 @@ def test_a_recreated_journal_starts_its_revisions_afresh(journals: JournalClient
     spec = journals.create(JournalSpec("upd/again"))
     journals.update(replace(spec, labels=LabelSet({"ver": "1"})))
     journals.delete("upd/again")
-    assert _revisions.latest(journals.store, "upd/again", spec.incarnation) is None
+    assert _revisions.latest(journals, "upd/again", spec.incarnation) is None
     again = journals.create(JournalSpec("upd/again"))
     journals.update(replace(again, labels=LabelSet({"ver": "2"})))
-    newest = _revisions.latest(journals.store, "upd/again", again.incarnation)
+    newest = _revisions.latest(journals, "upd/again", again.incarnation)
     assert newest is not None and newest.number == 1
     assert values(journals.get("upd/again"), "ver") == ["2"]
 

@@ -69,17 +69,17 @@ class PauseBeforeCheck:
         self.resume = threading.Event()
         assert pub._log is not None
         log = pub._log
-        real = log.seqs
+        real = log.chain.newer
 
-        def seqs(after: int | None = None) -> list[int]:
-            if after is not None and not self.reached.is_set():
+        def newer(after: int) -> list[int]:
+            if not self.reached.is_set():
                 record = read_record(log.client, log.path(after))
                 if record is not None and record.kind == "commit":
                     self.reached.set()
                     assert self.resume.wait(WAIT), "the test never resumed the publisher"
             return real(after)
 
-        log.seqs = seqs  # type: ignore[method-assign]
+        log.chain.newer = newer  # type: ignore[method-assign]
 
 
 class CommitInThread:

@@ -30,8 +30,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import crc32c
 import orjson
 
-from oncelog import errors
-from oncelog.errors import OncelogError
+from oncelog.consumer.errors import (
+    CheckpointError,
+    ConsumerError,
+    FencedOut,
+    InvalidGroupName,
+)
+from oncelog.coordination import FencedChain
 from oncelog.framing import FramingError, for_content_type
 from oncelog.journal.errors import InvalidJournalName, JournalNotFound
 from oncelog.journal.names import validate_journal_name
@@ -63,7 +68,6 @@ GROUP_FORMAT = "oncelog-group/1"
 TOMBSTONE_FORMAT = "oncelog-tombstone/1"
 MAX_GROUP_NAME_LEN = 128
 
-_CHECKPOINT_NAME = re.compile(r"^([0-9a-f]{16})\.json$")
 # "t" sorts after every hex digit, so a LIST that starts after any checkpoint's name
 # (S3 StartAfter) always returns the tombstones too.
 _TOMBSTONE_NAME = re.compile(r"^tombstone-([0-9a-f]{16})\.json$")
@@ -75,15 +79,6 @@ def new_token() -> str:
     return secrets.token_hex(16)
 
 
-class ConsumerError(OncelogError, RuntimeError):
-    """A consumer or consumer-group operation cannot go on (the message says why)."""
-
-
-class CheckpointError(ConsumerError):
-    """A checkpoint, group descriptor or state object is unreadable or corrupt; the message
-    names the object (its storage path) and what is wrong."""
-
-
 def state_checksum(state_json: bytes) -> str:
     """The CRC-32C (8 hex digits) of a checkpoint's encoded state, stored with it as
     `state_crc32c` and checked when it is read back: a damaged state (one changed digit)
@@ -91,21 +86,18 @@ def state_checksum(state_json: bytes) -> str:
     return f"{crc32c.crc32c(state_json):08x}"
 
 
-class FencedOut(ConsumerError, errors.FencedOut):
-    """Another instance of the group committed first: this one must stop publishing.
-
-    Also an `oncelog.errors.FencedOut`, the error of every fenced-out writer."""
-
-
 def validate_group_name(group: object) -> str:
-    """Return `group` if it is a valid consumer-group name, else raise ValueError.
+    """Return `group` if it is a valid consumer-group name, else raise InvalidGroupName (a
+    ValueError) naming it and the rule.
 
     One path component: letters, digits and `-_+.=%`, not starting with `.`.
     """
     if not isinstance(group, str):
-        raise ValueError(f"consumer group name must be a str, not {type(group).__name__}")
+        raise InvalidGroupName(
+            f"invalid consumer group name {group!r}: must be a str, not {type(group).__name__}"
+        )
     if not group or len(group) > MAX_GROUP_NAME_LEN or not _GROUP_NAME.match(group):
-        raise ValueError(
+        raise InvalidGroupName(
             f"invalid consumer group name {group!r}: use 1 to {MAX_GROUP_NAME_LEN} letters,"
             " digits and -_+.=% (not starting with '.')"
         )
@@ -313,13 +305,16 @@ class CheckpointStore:
             self.directory = f"checkpoints/{group}/shard-{shard:03d}-of-{shards:03d}"
         self.shard = shard
         self.shards = shards
+        # The checkpoints are a fenced chain (oncelog.coordination); tombstones beside its
+        # links fence a deleted group.
+        self.chain = FencedChain(client.meta, self.directory)
 
     def __repr__(self) -> str:
         return f"CheckpointStore({self.client!r}, {self.directory!r})"
 
     def relative_path(self, seq: int) -> str:
         """The checkpoint's path under `<root>/.oncelog/`."""
-        return f"{self.directory}/{seq:016x}.json"
+        return self.chain.path(seq)
 
     def path(self, seq: int) -> str:
         """The checkpoint's full path, as named in errors."""
@@ -335,17 +330,13 @@ class CheckpointStore:
 
     def _list(self, after: int | None = None) -> _Listing:
         """One LIST: the checkpoints numbered above `after` (all if None), and the tombstones."""
-        start = None if after is None else f"{after:016x}.json"
-        seqs, floors = [], []
-        for name in self.client.list_objects(self.directory, after=start):
-            m = _CHECKPOINT_NAME.match(name)
-            if m:
-                seqs.append(int(m.group(1), 16))
-                continue
+        names = self.chain.listing(after)
+        seqs = self.chain.numbers_in(names)
+        floors = []
+        for name in names:
             m = _TOMBSTONE_NAME.match(name)
             if m:
                 floors.append(int(m.group(1), 16))
-        seqs.sort()
         floors.sort()
         return _Listing(seqs, floors)
 
@@ -403,7 +394,7 @@ class CheckpointStore:
         because it was pruned. Use `claim`, which also checks that."""
         if cp.group != self.group or cp.shard != self.shard:
             raise ValueError(f"{cp!r} does not belong in {self!r}")
-        return self.client.put_if_absent(self.relative_path(cp.seq), data or cp.to_json())
+        return self.chain.put(cp.seq, data or cp.to_json())
 
     def superseded(self, seq: int) -> str | None:
         """Why a checkpoint numbered `seq` is not (or no longer) the group's newest: a
@@ -430,21 +421,11 @@ class CheckpointStore:
         from, so deleting it could lose a commit), is never `latest`, and goes with the
         next prune or deletion.
 
-        Linearization, with the store's guarantees (put-if-absent is atomic; a LIST
-        reflects every write and delete completed before it started: S3 has been
-        strongly consistent since 2020, local disk and memory trivially). Let W's write
-        of S succeed at t1 and its LIST, at t2 > t1, show nothing above S.
-
-        - No checkpoint S existed before W's (never written, so never pruned): deleting
-          one would have made "a checkpoint above S, or a tombstone with floor >= S"
-          true, and by I1 it would still hold at t2, where the LIST would see it.
-        - So nobody superseded W's predecessor S-1: an instance taking over writes (the
-          latest it saw) + 1 (I2); had it seen S-1 it would have written S first (W's
-          write would have failed); had it seen S (after t1) its S+1, written before
-          t2, would be in the LIST, or is written after t2 (next point).
-        - Anyone writing after t2 numbers its checkpoint >= S+1 from the S it reads
-          (or fails on S), and a recovery re-appends S's ACK intents: so W may append
-          them too, and S is committed once.
+        This is `FencedChain.claim` (oncelog.coordination, where the argument that it is
+        sound is written; `write` is its put, `superseded` its check after), with a
+        tombstone's floor counting as a link above every number it covers: I1 holds for
+        tombstones too (`delete_all` deletes checkpoints only after writing a tombstone
+        covering them, and a tombstone only once a higher one exists).
         """
         if not self.write(cp, data):
             return (

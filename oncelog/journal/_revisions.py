@@ -17,20 +17,22 @@ Readers of spec.json (`get`) may see the previous revision until that write land
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 
+from oncelog.coordination import FencedChain, MetaStore
 from oncelog.journal.errors import CorruptSpec
 from oncelog.journal.store import META_DIR, FragmentStore
 
-__all__ = ["Revision", "latest", "new_revision", "revisions_dir", "delete_revisions"]
+if TYPE_CHECKING:
+    from oncelog.journal.client import JournalClient
+
+__all__ = ["Revision", "chain", "latest", "new_revision", "revisions_dir", "delete_revisions"]
 
 REVISIONS = "revisions"
-
-_NAME_RE = re.compile(r"^(?P<incarnation>[0-9A-Za-z_]+)-(?P<rev>[0-9a-f]{16})\.json$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,39 +53,34 @@ def _incarnation_key(incarnation: str | None) -> str:
     return incarnation or "none"
 
 
-def revision_path(store: FragmentStore, journal: str, incarnation: str | None, n: int) -> str:
-    return store.backend.join(
-        META_DIR, REVISIONS, journal, f"{_incarnation_key(incarnation)}-{n:016x}.json"
+def chain(client: JournalClient, journal: str, incarnation: str | None) -> FencedChain:
+    """The revision chain of this incarnation of the journal: links
+    `revisions/<journal>/<incarnation>-<n:016x>.json` (oncelog.coordination). Revisions are
+    never pruned, so a created link is never in a freed number: `put` alone decides."""
+    return FencedChain(
+        MetaStore(client, internal=True),
+        f"{REVISIONS}/{journal}",
+        prefix=f"{_incarnation_key(incarnation)}-",
     )
 
 
-def _numbers(store: FragmentStore, journal: str, incarnation: str | None) -> list[int]:
-    key = _incarnation_key(incarnation)
-    out = []
-    for info in store.backend.list_dir(revisions_dir(store, journal)):
-        m = _NAME_RE.match(info.name.rsplit("/", 1)[-1])
-        if m is not None and m.group("incarnation") == key:
-            out.append(int(m.group("rev"), 16))
-    return out
-
-
-def latest(store: FragmentStore, journal: str, incarnation: str | None) -> Revision | None:
+def latest(client: JournalClient, journal: str, incarnation: str | None) -> Revision | None:
     """The newest revision of this incarnation of the journal, or None if its spec was never
     changed (one LIST, and one GET when there is a revision)."""
-    numbers = _numbers(store, journal, incarnation)
-    if not numbers:
+    revisions = chain(client, journal, incarnation)
+    link = revisions.latest()
+    if link is None:
         return None
-    n = max(numbers)
-    path = revision_path(store, journal, incarnation, n)
-    data = store.backend.read(path)
+    n = link.number
     try:
-        doc = orjson.loads(data)
+        doc = orjson.loads(link.data)
         spec = doc["spec"].encode()
         if doc["revision"] != n:
             raise ValueError(f"it says revision {doc['revision']}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        where = revisions.store.display(revisions.path(n))
         raise CorruptSpec(
-            f"revision {n} of journal {journal!r}'s spec ({path}) cannot be read: {exc}"
+            f"revision {n} of journal {journal!r}'s spec ({where}) cannot be read: {exc}"
         ) from None
     return Revision(n, spec)
 
@@ -96,12 +93,11 @@ def new_revision(n: int, spec: bytes) -> bytes:
     )
 
 
-def delete_revisions(store: FragmentStore, journal: str) -> None:
-    """Remove every revision object of the journal (when it is deleted)."""
-    directory = revisions_dir(store, journal)
-    names = [
-        info.name.rsplit("/", 1)[-1]
-        for info in store.backend.list_dir(directory)
-        if _NAME_RE.match(info.name.rsplit("/", 1)[-1])
-    ]
-    store.backend.delete([store.backend.join(META_DIR, REVISIONS, journal, n) for n in names])
+def delete_revisions(client: JournalClient, journal: str) -> None:
+    """Remove every revision object of the journal, of every incarnation (when it is
+    deleted)."""
+    meta = MetaStore(client, internal=True)
+    directory = f"{REVISIONS}/{journal}"
+    for name in meta.list(directory):
+        if name.endswith(".json"):
+            meta.delete(f"{directory}/{name}")

@@ -20,6 +20,7 @@ from typing import Any, Callable, NoReturn, TypeVar, cast
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol, url_to_fs
 
+from oncelog.coordination import MetaStore
 from oncelog.journal import _revisions, compaction
 from oncelog.journal._retry import retry
 from oncelog.journal.appender import Appender, AppendResult, AsyncAppend, AsyncAppendMany
@@ -51,7 +52,7 @@ DEFAULT_GC_GRACE = timedelta(hours=1)
 """Unclaimed fragments younger than this are left alone by `gc` (a writer may be about to
 claim them)."""
 
-_RESERVED_META = ("claims", "journals", compaction.RECORDS)
+_RESERVED_META = ("claims", "journals", compaction.RECORDS, _revisions.REVISIONS)
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,6 @@ class JournalClient:
         if not isinstance(spec, JournalSpec):
             raise TypeError(f"update() takes a JournalSpec, not {type(spec).__name__}")
         name = spec.name
-        store = self.store
         with self._journal_lock(name):
             self.store.backend.require_create()
             current = self.get(name)
@@ -177,10 +177,8 @@ class JournalClient:
             spec = replace(spec, incarnation=incarnation)
             data = spec.to_json()
             number = (newest.number if newest is not None else 0) + 1
-            if not self._create_object(
-                _revisions.revision_path(store, name, incarnation, number),
-                _revisions.new_revision(number, data),
-                f"claim revision {number} of journal {name!r}'s spec",
+            if not _revisions.chain(self, name, incarnation).put(
+                number, _revisions.new_revision(number, data)
             ):
                 raise JournalError(
                     f"journal {name!r} was changed by another writer at the same time "
@@ -203,7 +201,7 @@ class JournalClient:
     def _roll_forward(self, name: str, current: JournalSpec) -> _revisions.Revision | None:
         """The newest revision of the journal's spec (None if it never changed), written to
         spec.json first if spec.json (`current`) is not that revision's spec."""
-        newest = _revisions.latest(self.store, name, current.incarnation)
+        newest = _revisions.latest(self, name, current.incarnation)
         if newest is not None and newest.spec != current.to_json():
             self._write_spec(name, newest.spec)
         return newest
@@ -353,7 +351,7 @@ class JournalClient:
         store = self.store
         store.delete_claims(name, store.list_claim_begins(name))
         compaction.delete_records(store, name)
-        _revisions.delete_revisions(store, name)
+        _revisions.delete_revisions(self, name)
         store.delete_fragments(store.list_fragments(name))
         store.backend.delete(
             [
@@ -731,47 +729,33 @@ class JournalClient:
 
     # -- other small objects under <root>/.oncelog/ --------------------------------------------
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        """Store `data` at `<root>/.oncelog/<path>` only if nothing is there yet (durably);
-        True if this call created it. Used for checkpoints, which must never be overwritten.
+    @property
+    def meta(self) -> MetaStore:
+        """The store's small objects under `<root>/.oncelog/` (checkpoints, transaction
+        records, channel terms, ...): put-if-absent, read, list, delete (see
+        oncelog.coordination)."""
+        return MetaStore(self)
 
-        `data` must be unique to the caller's attempt (hold a token or writer id): an object
-        found with exactly these bytes is taken to be this call's own, whose reply was lost.
-        Transient errors (5xx, 409 conflicts, resets) are retried for retry_timeout, then
-        StorageUnavailable with `outcome_known=False` (the object may exist: read it)."""
-        self._check_meta_write(path)
-        self.store.backend.require_create()
-        return self._create_object(self.store.meta_path(path), bytes(data), f"create {path!r}")
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """`client.meta.put_if_absent(path, data)`: see MetaStore."""
+        return self.meta.put_if_absent(path, data)
 
     def read_object(self, path: str) -> bytes | None:
-        """The bytes at `<root>/.oncelog/<path>`, or None if absent (transient errors are
-        retried for retry_timeout, then StorageUnavailable)."""
-        full = self.store.meta_path(path)
-
-        def read() -> bytes | None:
-            try:
-                return self.store.backend.read(full)
-            except FileNotFoundError:
-                return None
-
-        return read()
+        """`client.meta.read(path)`: see MetaStore."""
+        return self.meta.read(path)
 
     def list_objects(self, directory: str, after: str | None = None) -> builtins.list[str]:
-        """Names of the objects directly in `<root>/.oncelog/<directory>/`, sorted, only
-        those after `after` when given (S3 lists from there)."""
-        path = self.store.meta_path(directory.rstrip("/"))
-        return self.store.backend.list_names_after(path, after)
+        """`client.meta.list(directory, after)`: see MetaStore."""
+        return self.meta.list(directory, after)
 
     def delete_object(self, path: str) -> None:
-        """Remove `<root>/.oncelog/<path>` (no error if absent)."""
-        self._check_meta_write(path)
-        full = self.store.meta_path(path)
-        self._with_retry(lambda: self.store.backend.delete([full]), f"delete {path!r}")
+        """`client.meta.delete(path)`: see MetaStore."""
+        self.meta.delete(path)
 
     @staticmethod
-    def _check_meta_write(path: str) -> None:
+    def _check_meta_write(path: str, *, internal: bool = False) -> None:
         validate_object_path(path)
-        if path.split("/", 1)[0] in _RESERVED_META:
+        if not internal and path.split("/", 1)[0] in _RESERVED_META:
             raise InvalidObjectPath(
                 f"object path {path!r} is inside oncelog's own claims/ or journals/ directory"
             )

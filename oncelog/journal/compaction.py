@@ -68,8 +68,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from oncelog.coordination import MetaStore
 from oncelog.journal._blocks import BlockSums, block_sums
 from oncelog.journal.errors import (
+    CorruptRecord,
     FragmentChecksumError,
     InvalidFragmentName,
     JournalError,
@@ -118,10 +120,6 @@ AUTO_POLL = 1.0
 """Seconds between the auto-compaction thread's looks at the journals it watches."""
 AUTO_MIN_INTERVAL = 5.0
 """At least this many seconds between two automatic compactions of one journal."""
-
-
-class CorruptRecord(JournalError):
-    """A compaction record cannot be parsed or does not describe contiguous fragments."""
 
 
 # -- records ----------------------------------------------------------------------------------
@@ -268,6 +266,17 @@ def records_dir(store: FragmentStore, journal: str) -> str:
 
 def record_path(store: FragmentStore, journal: str, name: str) -> str:
     return store.backend.join(META_DIR, RECORDS, journal, name)
+
+
+def _meta(client: JournalClient) -> MetaStore:
+    """Where records are created: put-if-absent with a token of their own (their bytes
+    carry one), in oncelog's own directory."""
+    return MetaStore(client, internal=True)
+
+
+def _meta_path(journal: str, name: str) -> str:
+    """A record's (or claims object's) path under `<root>/.oncelog/`."""
+    return f"{RECORDS}/{journal}/{name}"
 
 
 def claims_path(store: FragmentStore, journal: str, record: str) -> str:
@@ -608,14 +617,9 @@ def _compact_once(
     # `consumed_claims`): written before the record, with the same bytes by a racing
     # compactor of the same range (same claims read).
     sidecar = "".join(f"{p.begin:016x} {p.writer}\n" for p in claimed).encode()
-    client._with_retry(
-        lambda: store.backend.write(claims_path(store, name, new.name), sidecar),
-        f"write the claims of {new.name} of {name!r}",
-        ambiguous=True,
-    )
-    result.record_won = client._create_object(
-        record_path(store, name, new.name), new.to_bytes(), f"create {new.name} of {name!r}"
-    )
+    meta = _meta(client)
+    meta.write(_meta_path(name, new.name[: -len(".json")] + ".claims"), sidecar)
+    result.record_won = meta.put_if_absent(_meta_path(name, new.name), new.to_bytes())
     _reload_index(client, name)
     return _finish(client, name, result, retire_grace, DEFAULT_GC_GRACE.total_seconds())
 
@@ -755,7 +759,7 @@ def retire(
             incarnation,
             "trim",
         )
-        client._create_object(record_path(store, name, fixed.name), fixed.to_bytes(), "carry")
+        _meta(client).put_if_absent(_meta_path(name, fixed.name), fixed.to_bytes())
         newest = fixed
     through = max(n.through for n in old)
     through = min(through, newest.through)
@@ -894,10 +898,7 @@ def trim(
     ]
     if dry_run:
         return result
-    store.backend.require_create()
-    client._create_object(
-        record_path(store, name, new.name), new.to_bytes(), f"create {new.name} of {name!r}"
-    )
+    _meta(client).put_if_absent(_meta_path(name, new.name), new.to_bytes())
     _reload_index(client, name)
     total = len(result.claims) + len(result.fragments)
     if progress is not None:

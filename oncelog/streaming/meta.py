@@ -1,7 +1,7 @@
 """What a streaming node records in the store: channel terms and node heartbeats.
 
-Both are chains of small objects under `<root>/.oncelog/streaming/`, each created only if
-absent (`JournalClient.put_if_absent`), so two nodes never both win the same link:
+Both are fenced chains (oncelog.coordination) under `<root>/.oncelog/streaming/`, each link
+created only if absent, so two nodes never both win the same link:
 
 - `streaming/channels/<channel>/terms/<term:016x>.json`: one object per term of a channel,
   naming the node that took it. A node takes a channel by creating the term after the newest;
@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from oncelog.coordination import FencedChain, Placement
+
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
 
@@ -43,20 +45,8 @@ __all__ = [
 CHANNEL_ROLE = "streaming-channel"
 """`JournalSpec.owner.role` of journals created as streaming channels."""
 
-_LINK = re.compile(r"^([0-9a-f]{16})\.json$")
-
-
-def _link_name(n: int) -> str:
-    return f"{n:016x}.json"
-
-
-def _links(names: list[str]) -> list[int]:
-    out = []
-    for name in names:
-        m = _LINK.match(name.rsplit("/", 1)[-1])
-        if m:
-            out.append(int(m.group(1), 16))
-    return sorted(out)
+def _chain(client: JournalClient, directory: str) -> FencedChain:
+    return FencedChain(client.meta, directory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,40 +76,32 @@ def terms_dir(channel: str) -> str:
     return f"streaming/channels/{channel}/terms"
 
 
-def _term_path(channel: str, term: int) -> str:
-    return f"{terms_dir(channel)}/{_link_name(term)}"
+def _terms(client: JournalClient, channel: str) -> FencedChain:
+    """The channel's chain of terms (oncelog.coordination: the soundness argument)."""
+    return _chain(client, terms_dir(channel))
 
 
 def latest_term(client: JournalClient, channel: str) -> TermRecord | None:
     """The channel's newest term record, or None if no node ever took it."""
-    for _ in range(5):
-        terms = _links(client.list_objects(terms_dir(channel)))
-        if not terms:
-            return None
-        data = client.read_object(_term_path(channel, terms[-1]))
-        if data is not None:
-            return TermRecord.from_json(data)
-    return None  # pragma: no cover - the terms were deleted meanwhile, repeatedly
+    link = _terms(client, channel).latest()
+    return None if link is None else TermRecord.from_json(link.data)
 
 
 def newer_terms(client: JournalClient, channel: str, term: int) -> list[int]:
     """Terms of the channel above `term` (one LIST from `term` on)."""
-    names = client.list_objects(terms_dir(channel), after=_link_name(term))
-    return [t for t in _links(names) if t > term]
+    return _terms(client, channel).newer(term)
 
 
 def take_term(client: JournalClient, record: TermRecord) -> bool:
     """Create `record`'s term only if absent, then check after write: True only if it was
     created and no higher term exists (else the caller does not own the channel)."""
-    if not client.put_if_absent(_term_path(record.channel, record.term), record.to_json()):
-        return False
-    return not newer_terms(client, record.channel, record.term)
+    placement = _terms(client, record.channel).claim(record.term, record.to_json())
+    return placement is Placement.WON
 
 
 def delete_terms(client: JournalClient, channel: str) -> None:
     """Remove every term record of a destroyed channel."""
-    for term in _links(client.list_objects(terms_dir(channel))):
-        client.delete_object(_term_path(channel, term))
+    _terms(client, channel).delete_all()
 
 
 def default_node_id(port: int) -> str:
@@ -143,7 +125,8 @@ class Heartbeat:
         self.node_id = node_id
         self.address = address
         self.token = token
-        beats = _links(client.list_objects(_beats_dir(node_id)))
+        self.chain = _chain(client, _beats_dir(node_id))
+        beats = self.chain.numbers()
         self.seq = beats[-1] if beats else 0
 
     def beat(self) -> bool:
@@ -151,17 +134,15 @@ class Heartbeat:
         seq = self.seq + 1
         doc = {"node_id": self.node_id, "address": self.address, "token": self.token,
                "seq": seq, "time": time.time()}
-        won = self.client.put_if_absent(
-            f"{_beats_dir(self.node_id)}/{_link_name(seq)}", orjson.dumps(doc)
-        )
+        won = self.chain.put(seq, orjson.dumps(doc))
         self.seq = seq if won else max(seq, _last_beat(self.client, self.node_id))
         if won and seq > self.KEEP:
-            self.client.delete_object(f"{_beats_dir(self.node_id)}/{_link_name(seq - self.KEEP)}")
+            self.client.meta.delete(self.chain.path(seq - self.KEEP))
         return won
 
 
 def _last_beat(client: JournalClient, node_id: str) -> int:
-    beats = _links(client.list_objects(_beats_dir(node_id)))
+    beats = _chain(client, _beats_dir(node_id)).numbers()
     return beats[-1] if beats else 0
 
 
