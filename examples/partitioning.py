@@ -19,12 +19,18 @@ import sys
 import tempfile
 from collections import Counter
 
-from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
-from oncelog.mapping import modulo, rendezvous
-from oncelog.message import JSONMessage
+from oncelog import (
+    JournalClient,
+    JournalExists,
+    JournalSpec,
+    JSONMessage,
+    Publisher,
+    modulo,
+    open_journals,
+    read_committed,
+    rendezvous,
+)
 from oncelog.options import storage_option_arg
-from oncelog.publisher import Publisher
-from oncelog.reading import read_committed
 
 NDJSON = "application/x-ndjson"
 PREFIX = "examples/orders"

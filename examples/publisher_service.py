@@ -18,12 +18,19 @@ import tempfile
 import uuid
 from collections import defaultdict
 
-from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
-from oncelog.mapping import PolledList, modulo, rendezvous
-from oncelog.message import JSONMessage
+from oncelog import (
+    JournalClient,
+    JournalExists,
+    JournalSpec,
+    JSONMessage,
+    PolledList,
+    Publisher,
+    modulo,
+    open_journals,
+    read_committed,
+    rendezvous,
+)
 from oncelog.options import storage_option_arg
-from oncelog.publisher import Publisher
-from oncelog.reading import read_committed
 
 NDJSON = "application/x-ndjson"
 SELECTOR = "app=clicks, role=events"

@@ -24,10 +24,18 @@ from typing import Any
 
 import fsspec
 
-from oncelog.journal import JournalClient, JournalNotFound, JournalSpec, open_journals
-from oncelog.message import Flags, build_uuid, clock_from_unix_ns
+from oncelog import (
+    Flags,
+    JournalClient,
+    JournalNotFound,
+    JournalSpec,
+    build_uuid,
+    clock_from_unix_ns,
+    open_journals,
+    read_committed,
+    read_uncommitted,
+)
 from oncelog.options import storage_option_arg
-from oncelog.reading import read_committed, read_uncommitted
 
 NDJSON = "application/x-ndjson"
 JOURNAL = "examples/gazette/events"

@@ -17,13 +17,21 @@ import tempfile
 import threading
 from collections import Counter
 
-from oncelog.consumer import Consumer, Transaction, group_status
-from oncelog.journal import JournalClient, JournalSpec, open_journals
-from oncelog.mapping import PolledList, rendezvous
-from oncelog.message import Envelope, JSONMessage
+from oncelog import (
+    Consumer,
+    Envelope,
+    JournalClient,
+    JournalSpec,
+    JSONMessage,
+    PolledList,
+    Publisher,
+    Transaction,
+    group_status,
+    open_journals,
+    read_committed,
+    rendezvous,
+)
 from oncelog.options import storage_option_arg
-from oncelog.publisher import Publisher
-from oncelog.reading import read_committed
 
 NDJSON = "application/x-ndjson"
 PARTITIONS = 6

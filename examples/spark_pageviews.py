@@ -19,10 +19,16 @@ import random
 import sys
 from typing import Any
 
-from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
-from oncelog.message import JSONMessage
-from oncelog.publisher import Publisher
-from oncelog.reading import read_committed, read_uncommitted
+from oncelog import (
+    JournalClient,
+    JournalExists,
+    JournalSpec,
+    JSONMessage,
+    Publisher,
+    open_journals,
+    read_committed,
+    read_uncommitted,
+)
 
 NDJSON = "application/x-ndjson"
 PAGEVIEWS = [f"pageviews/part-{i:03d}" for i in range(3)]

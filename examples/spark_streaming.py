@@ -21,11 +21,16 @@ import tempfile
 from collections import Counter
 from typing import Any
 
-from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
-from oncelog.message import JSONMessage
+from oncelog import (
+    JournalClient,
+    JournalExists,
+    JournalSpec,
+    JSONMessage,
+    Publisher,
+    open_journals,
+    read_committed,
+)
 from oncelog.options import storage_option_arg
-from oncelog.publisher import Publisher
-from oncelog.reading import read_committed
 
 NDJSON = "application/x-ndjson"
 CLICKS = [f"clickstream/part-{i:03d}" for i in range(2)]

@@ -19,9 +19,8 @@ import tempfile
 import threading
 from collections import Counter
 
-from oncelog.journal import open_journals
+from oncelog import open_journals, read_committed
 from oncelog.options import storage_option_arg
-from oncelog.reading import read_committed
 from oncelog.streaming import ConsumedMessage, DeliverAll, VChannel, connect
 
 CHANNEL = "examples/stream/orders"

@@ -14,12 +14,19 @@ import os
 import sys
 import tempfile
 
-from oncelog.consumer import Consumer, Transaction
-from oncelog.journal import JournalClient, JournalExists, JournalSpec, open_journals
-from oncelog.message import Envelope, JSONMessage
+from oncelog import (
+    Consumer,
+    Envelope,
+    JournalClient,
+    JournalExists,
+    JournalSpec,
+    JSONMessage,
+    Publisher,
+    Transaction,
+    open_journals,
+    read_committed,
+)
 from oncelog.options import storage_option_arg
-from oncelog.publisher import Publisher
-from oncelog.reading import read_committed
 
 NDJSON = "application/x-ndjson"
 SENTENCES = "examples/wordcount/sentences"

@@ -92,7 +92,7 @@ def frame_json(
     key_json = _dumps(uuid_field)
     if native is not None:
         try:
-            data = native.frame_json(
+            data: bytes | None = native.frame_json(
                 docs, uuid_field, key_json, producer, first_clock, flags, _dumps
             )
         except orjson.JSONEncodeError as exc:

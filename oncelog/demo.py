@@ -20,7 +20,7 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from oncelog.consumer import Consumer, FencedOut, Transaction
@@ -52,7 +52,7 @@ class DemoResult:
         return self.consumer_totals == self.direct_totals
 
 
-def _mapping(journal: str):
+def _mapping(journal: str) -> Callable[[object], tuple[str, str]]:
     return lambda _msg: (journal, NDJSON)
 
 
@@ -92,7 +92,7 @@ def _count_words(env: Envelope, txn: Transaction) -> None:
         counts[word] = counts.get(word, 0) + 1
 
 
-def _totals_publisher(output: str):
+def _totals_publisher(output: str) -> Callable[[Transaction], None]:
     def publish_totals(txn: Transaction) -> None:
         """Before each commit: publish the running total of each word that changed."""
         counts, published = txn.state["counts"], txn.state["published"]
@@ -104,7 +104,9 @@ def _totals_publisher(output: str):
     return publish_totals
 
 
-def _consume(client: JournalClient, group: str, selector: str, output: str, say) -> None:
+def _consume(
+    client: JournalClient, group: str, selector: str, output: str, say: Callable[[str], None]
+) -> None:
     """Instance A commits two transactions; B takes over; A is fenced out; B finishes."""
 
     def instance() -> Consumer:

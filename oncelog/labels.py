@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
-from oncelog.errors import OncelogError
+from oncelog.errors import SelectorError
 
 __all__ = [
     "CONTENT_TYPE",
@@ -421,16 +421,6 @@ def journal_labels(name: str, labels: LabelsLike = None) -> LabelSet:
 
 
 # -- selectors -----------------------------------------------------------------------------
-
-
-class SelectorError(OncelogError, ValueError):
-    """A label selector could not be parsed; names the text, the reason and the position."""
-
-    def __init__(self, text: str, reason: str, position: int) -> None:
-        super().__init__(f"bad label selector {text!r}: {reason} at {position}")
-        self.text = text
-        self.reason = reason
-        self.position = position
 
 
 @dataclass(frozen=True, slots=True)

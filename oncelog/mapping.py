@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Union, cast
 
-from oncelog.errors import OncelogError
+from oncelog.errors import EmptyPartitions, MissingContentType
 from oncelog.labels import CONTENT_TYPE, LabelSet
 from oncelog.polled import PolledList
 
@@ -116,14 +116,6 @@ KeyFunc = Callable[[Any], Union[bytes, str]]
 """Extracts a message's mapping key; a str is hashed as its UTF-8 bytes."""
 MappingFunc = Callable[[Any], "tuple[str, str]"]
 """Picks a message's journal: ``mapping(msg) -> (journal_name, content_type)``."""
-
-
-class EmptyPartitions(OncelogError, LookupError):
-    """There is no partition to map a message to: ``partitions()`` returned none."""
-
-
-class MissingContentType(OncelogError, ValueError):
-    """A partition chosen for a message has no usable ``content-type`` label."""
 
 
 def content_type_of(spec: PartitionSpec) -> str:
@@ -272,7 +264,7 @@ class RendezvousMapping:
         h = _key_hash(self.key(msg))
         node = snapshot.trie
         while node.__class__ is tuple:
-            mask, when_clear, when_set = node  # type: ignore[misc]
+            mask, when_clear, when_set = node
             node = when_set if h & mask else when_clear
         return snapshot.pick(node)  # type: ignore[arg-type]
 

@@ -482,7 +482,8 @@ class Envelope:
 
     @property
     def uuid(self) -> uuid.UUID:
-        return self.message.get_uuid()
+        u: uuid.UUID = self.message.get_uuid()  # `message` is Any: any Message
+        return u
 
     @property
     def producer(self) -> bytes:
@@ -763,7 +764,8 @@ class ProtoMessage:
 
     def _is_bytes_field(self) -> bool:
         fd = self.proto.DESCRIPTOR.fields_by_name[self.uuid_field]
-        return fd.type == fd.TYPE_BYTES
+        is_bytes: bool = fd.type == fd.TYPE_BYTES
+        return is_bytes
 
     def get_uuid(self) -> uuid.UUID:
         return _uuid_from_field(

@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from oncelog import _native
-from oncelog.errors import OncelogError
+from oncelog.errors import ReplayError, ReplayRequired, SequencerError
 from oncelog.message import (
     ACK_TXN,
     CONTINUE_TXN,
@@ -61,32 +61,6 @@ DEFAULT_MAX_BYTES = 32 << 20
 
 _INITIAL_SLOTS = 1024
 """The slots a growing ring starts with (Gazette's default fixed ring size)."""
-
-class SequencerError(OncelogError, RuntimeError):
-    """The Sequencer was used out of order (e.g. queued while committed messages remain)."""
-
-
-class ReplayError(SequencerError, ValueError):
-    """A replay yielded an envelope outside `replay_range()` (wrong journal or offsets)."""
-
-
-class ReplayRequired(SequencerError):
-    """`sequence()` met a commit whose messages left the ring, and has no `replay` to read them.
-
-    The sequencer is left exactly as after `queue_uncommitted()` returned
-    ACK_COMMIT_REPLAY: call `start_replay()` with a reader of
-    `(journal, begin, end)`, then `step()` until it returns None.
-    """
-
-    def __init__(self, journal: str, begin: int, end: int) -> None:
-        super().__init__(
-            f"a replay of journal {journal!r} offsets [{begin}, {end}) is needed to deliver a"
-            " committed sequence that left the ring: pass replay= to sequence(), or call"
-            " start_replay() and step()"
-        )
-        self.journal = journal
-        self.begin = begin
-        self.end = end
 
 
 class QueueOutcome(enum.Enum):
@@ -715,7 +689,7 @@ class SequencingKernel:
             if clock > emit.max_clock:
                 continue  # larger than the committing ACK: not committed
             emit.begin = env.begin  # type: ignore[union-attr]
-            return env  # type: ignore[return-value]
+            return env
 
         # Drained. Offsets were held back when the commit was queued: move them now.
         self._offsets[emit.journal] = dequeued.end  # type: ignore[union-attr]

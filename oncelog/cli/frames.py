@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from oncelog.errors import OncelogError
+from oncelog.errors import BadMessage
 from oncelog.framing import (
     CONTENT_TYPE_JSON_LINES,
     CONTENT_TYPE_PROTOBUF_FIXED,
@@ -67,14 +67,6 @@ class Framed:
 
     def get_uuid(self) -> Any:
         return self.message.get_uuid()
-
-
-class BadMessage(OncelogError, ValueError):
-    """A frame decoded but its message is unusable (e.g. its UUID field is not a UUID)."""
-
-    def __init__(self, journal: str, begin: int, end: int, reason: str) -> None:
-        self.journal, self.begin, self.end = journal, begin, end
-        super().__init__(f"journal {journal}: bad message at offset {begin}-{end}: {reason}")
 
 
 def new_message_for(content_type: str, fmt: str = "json") -> Callable[[Any], Any] | None:
@@ -160,7 +152,7 @@ def framed_envelopes(
                 # has usually parsed them already (in bulk), so they are carried over.
                 out._ids = env.ids
             except (ValueError, TypeError) as exc:
-                bad = BadMessage(journal, env.begin, env.end, str(exc))
+                bad = BadMessage(str(exc), journal=journal, begin=env.begin, end=env.end)
                 if on_error is None:
                     raise bad from None
                 on_error(bad)
@@ -241,7 +233,8 @@ def _body(message: Any) -> Any:
 
 def format_raw(env: Envelope) -> bytes:
     """The frame exactly as stored."""
-    return env.message.raw
+    raw: bytes = env.message.raw
+    return raw
 
 
 def format_json(env: Envelope) -> bytes:

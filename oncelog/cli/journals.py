@@ -140,7 +140,7 @@ def create(
     owner = None
     if owner_role is not None or owner_address is not None or owner_description is not None:
         owner = JournalOwner(owner_role or "", owner_address or "", owner_description or "")
-    spec = JournalSpec(name, values, fragment, owner)  # type: ignore[arg-type]
+    spec = JournalSpec(name, values, fragment, owner)
     client = state.client()
     # A local store's directory is made by its first journal: say so, so that a mistyped
     # path shows up here rather than as an empty store later.

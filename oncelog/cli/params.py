@@ -7,8 +7,9 @@ below turn that into a usage error of the option that carried it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import click
 import orjson
@@ -172,16 +173,19 @@ def selector_option(text: str) -> Any:
         raise click.BadParameter(str(exc), param_hint="'--selector'") from None
 
 
-class _Parsed(click.ParamType):
+_T = TypeVar("_T")
+
+
+class _Parsed(click.ParamType[_T]):
     """A click type that applies one of the parsers above."""
 
-    def __init__(self, name: str, parse: Any) -> None:
+    def __init__(self, name: str, parse: Callable[[str], _T]) -> None:
         self.name = name
         self._parse = parse
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> _T:
         if not isinstance(value, str):
-            return value
+            return cast(_T, value)  # already parsed: a default or a value passed in Python
         try:
             return self._parse(value)
         except ValueError as exc:

@@ -29,6 +29,7 @@ from oncelog.consumer.core import (
     Handler,
     Transaction,
 )
+from oncelog.consumer.errors import InvalidGroupName
 from oncelog.consumer.groups import (
     GroupNotFound,
     GroupStatus,
@@ -63,6 +64,7 @@ __all__ = [
     "GroupNotFound",
     "CheckpointTrimmed",
     "NotAMessageBoundary",
+    "InvalidGroupName",
     "validate_group_name",
     "list_groups",
     "group_status",

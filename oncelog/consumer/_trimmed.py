@@ -21,7 +21,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from oncelog.consumer.checkpoint import Checkpoint, ConsumerError
+from oncelog.consumer.checkpoint import Checkpoint
+from oncelog.consumer.errors import CheckpointTrimmed
 from oncelog.journal.errors import JournalNotFound
 from oncelog.sequencer import ProducerState
 
@@ -66,45 +67,6 @@ class TrimmedJournal:
     def skipped(self) -> int:
         """Unread bytes that are gone (0 if only pending transactions lost their start)."""
         return max(self.first - self.offset, 0)
-
-
-class CheckpointTrimmed(ConsumerError):
-    """A consumer group's checkpoint needs bytes a journal no longer holds (retention or a
-    trim deleted them): with `on_trimmed="error"`, recovery stops here, writing nothing.
-    `journals` says, per journal, the checkpoint's offset and the first available one."""
-
-    def __init__(
-        self, group: str, shard: int | None, checkpoint: str, journals: list[TrimmedJournal]
-    ) -> None:
-        self.group = group
-        self.shard = shard
-        self.checkpoint = checkpoint
-        self.journals = journals
-        parts = []
-        for t in journals:
-            what = (
-                f"journal {t.journal!r}: checkpoint offset {t.offset}, first available"
-                f" offset {t.first}"
-            )
-            if t.skipped:
-                what += f" ({t.skipped} unread bytes were trimmed)"
-            if t.pending:
-                what += (
-                    "; pending transaction(s) of producer(s) "
-                    + ", ".join(f"{p.producer.hex()} (since offset {p.begin})" for p in t.pending)
-                    + " began before it"
-                )
-            parts.append(what)
-        target = ",".join(f"{t.journal}={max(t.offset, t.first)}" for t in journals)
-        super().__init__(
-            f"consumer group {group!r}"
-            + ("" if shard is None else f" shard {shard}")
-            + f": checkpoint {checkpoint} needs data that was trimmed from its journals: "
-            + "; ".join(parts)
-            + f". To go on from the first available offsets, run `oncelog groups reset {group}"
-            f" --to {target}` (the producer states of those journals are dropped), or start"
-            " the consumer with on_trimmed='skip' (keeps them, logs what is skipped)"
-        )
 
 
 def find_trimmed(

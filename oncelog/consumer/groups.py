@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Literal
 from oncelog.consumer._trimmed import first_available_offset
 from oncelog.consumer.checkpoint import (
     Checkpoint,
-    ConsumerError,
     GroupInfo,
     delete_group_info,
     list_group_names,
     read_group_info,
 )
+from oncelog.consumer.errors import ConsumerError, GroupNotFound, NotAMessageBoundary
 from oncelog.consumer.shards import shard_of
 from oncelog.journal.errors import JournalNotFound
 from oncelog.labels import LabelSelector
@@ -47,42 +47,6 @@ __all__ = [
     "prune_checkpoints",
     "delete_group",
 ]
-
-
-class GroupNotFound(ConsumerError, LookupError):
-    """No consumer of the group ever started in this store."""
-
-
-class NotAMessageBoundary(ConsumerError, ValueError):
-    """`reset_group` was given an offset inside a message (a consumer started there would
-    fail on the tail of a frame at every start), or below the journal's first available
-    offset. Nothing was written. `before` and `after` are the nearest message boundaries
-    around `offset` (the begin and end of the message holding it; for a trimmed offset,
-    None and the first available offset)."""
-
-    def __init__(
-        self, group: str, journal: str, offset: int, before: int | None, after: int,
-        *, trimmed: bool = False,
-    ) -> None:
-        self.group = group
-        self.journal = journal
-        self.offset = offset
-        self.before = before
-        self.after = after
-        if trimmed:
-            why = (
-                f"is before its first available offset {after} (the data before was"
-                f" trimmed): the nearest message boundary is {after}"
-            )
-        else:
-            why = (
-                f"is inside a message, not at its start: the nearest message boundaries are"
-                f" {before} (before) and {after} (after)"
-            )
-        super().__init__(
-            f"cannot reset consumer group {group!r}: offset {offset} of journal {journal!r}"
-            f" {why}; nothing was written"
-        )
 
 
 ResetTarget = Literal["beginning", "head"] | Mapping[str, int] | datetime

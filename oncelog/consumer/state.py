@@ -63,6 +63,7 @@ from oncelog.consumer.checkpoint import (
     _display_path,
     new_token,
 )
+from oncelog.consumer.errors import StateObjectMissing
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
@@ -114,11 +115,6 @@ def unseal(data: bytes) -> tuple[bytes, bool]:
             f" {actual!r}): the object was damaged or edited"
         )
     return body, True
-
-
-class StateObjectMissing(CheckpointError):
-    """A state object a checkpoint references is gone (pruned after the checkpoint was read,
-    if a newer checkpoint exists; else the group's state is damaged)."""
 
 
 def state_directory(checkpoint_directory: str) -> str:

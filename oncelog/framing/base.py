@@ -1,4 +1,5 @@
-"""The Framing protocol, framing errors, the content-type registry and stream decoding.
+"""The Framing protocol, the content-type registry and stream decoding (the framing
+errors live in `oncelog.framing.errors` and are re-exported here).
 
 A framing turns messages into the bytes of a journal and back. Decoding works
 on whole buffers: one call decodes every complete frame of a buffer into
@@ -16,7 +17,15 @@ from dataclasses import dataclass
 from itertools import accumulate, islice, repeat
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from oncelog.errors import OncelogError
+from oncelog.framing.errors import (
+    DesyncDetected,
+    EncodeError,
+    FrameDecodeError,
+    FramingError,
+    MalformedFrame,
+    TruncatedFrame,
+    UnknownContentType,
+)
 from oncelog.message import Envelope
 
 __all__ = [
@@ -60,99 +69,6 @@ def snippet(data: bytes | bytearray | memoryview) -> str:
     if len(data) > _SNIPPET:
         return f"{data[:_SNIPPET]!r}..."
     return repr(data)
-
-
-class FramingError(OncelogError):
-    """Base of every error a framing raises about content types, messages or bytes."""
-
-
-class UnknownContentType(FramingError, LookupError):
-    """No framing is registered for a journal's content type."""
-
-    def __init__(self, content_type: str, known: Sequence[str]) -> None:
-        self.content_type = content_type
-        self.known = tuple(known)
-        super().__init__(
-            f"no framing for content type {content_type!r}; "
-            f"known content types: {', '.join(self.known) or '(none)'}"
-        )
-
-    def __str__(self) -> str:  # LookupError would repr() the message otherwise
-        return str(self.args[0])
-
-
-class EncodeError(FramingError, ValueError):
-    """A message cannot be written as one frame of this framing."""
-
-
-class FrameDecodeError(FramingError):
-    """Bad bytes at `[begin, end)` of a journal; decoding can resume at `end`.
-
-    `envelopes` holds the messages decoded before the bad bytes (deliver them
-    first), `data` the bad bytes themselves. A reader either raises this or skips
-    the bad bytes and decodes again from `end`: skipping loses only `data`.
-    """
-
-    what = "bad frame"
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        what: str | None = None,
-        journal: str | None = None,
-        begin: int | None = None,
-        end: int | None = None,
-        data: bytes | bytearray | memoryview = b"",
-        envelopes: list[Envelope] | None = None,
-    ) -> None:
-        if what is not None:
-            self.what = what
-        self.reason = reason
-        self.journal = journal
-        self.begin = begin
-        self.end = end
-        self.data = bytes(data)
-        self.envelopes: list[Envelope] = [] if envelopes is None else envelopes
-        super().__init__(self._message())
-
-    def _message(self) -> str:
-        where = "" if self.journal is None else f"journal {self.journal}: "
-        at = "" if self.begin is None else f" at offset {self.begin}-{self.end}"
-        return f"{where}{self.what}{at}: {self.reason}"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), dict(self.__dict__)))
-
-
-def _rebuild(cls: type[FrameDecodeError], state: dict[str, Any]) -> FrameDecodeError:
-    err = cls.__new__(cls)
-    err.__dict__.update(state)
-    err.args = (err._message(),)
-    return err
-
-
-class MalformedFrame(FrameDecodeError):
-    """A whole frame whose content does not decode (bad JSON, bad CSV quoting, bad protobuf)."""
-
-    what = "malformed frame"
-
-
-class DesyncDetected(FrameDecodeError):
-    """Bytes that are not a frame where a frame should start; `skipped` holds them."""
-
-    what = "fixed-frame desync"
-
-    @property
-    def skipped(self) -> bytes:
-        """The discarded bytes (from `begin` up to the next magic word or the end of data)."""
-        return self.data
-
-
-class TruncatedFrame(FrameDecodeError):
-    """Data ends part way through a frame: never returned as a short message."""
-
-    what = "truncated frame"
 
 
 @dataclass(slots=True)

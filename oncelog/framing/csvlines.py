@@ -75,7 +75,7 @@ class CSVFraming:
             raise EncodeError("a CSV record needs at least one field (an empty line is no record)")
         try:
             # A "\r\n" terminator makes the writer quote fields holding either character.
-            line = csv.writer(_ECHO, lineterminator="\r\n").writerow(fields)
+            line: str = csv.writer(_ECHO, lineterminator="\r\n").writerow(fields)
             return (line[:-2] + "\n").encode("utf-8")
         except (csv.Error, UnicodeEncodeError) as exc:
             raise EncodeError(f"cannot encode record as CSV: {exc}") from exc

@@ -380,6 +380,8 @@ def _incomplete_first_frame(buf: Buffer, n: int) -> bool:
     """Whether `buf` starts with a frame (or frame header) that is not yet whole."""
     if n < HEADER_LENGTH:
         return _magic_prefix(bytes(buf[:4]))
+    magic: bytes
+    size: int
     magic, size = _HEADER.unpack_from(buf, 0)
     return magic == MAGIC_WORD and HEADER_LENGTH + size > n
 

@@ -39,6 +39,10 @@ _loads = orjson.loads
 _dumps = orjson.dumps
 _APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
 
+# `new_message=JSONLine` asks for lazy decoding. JSONLine is a marker there, not a factory of
+# documents (it is built from the line), so it is compared as a plain object.
+_LAZY: object = JSONLine
+
 
 def unpack_line(reader: BinaryIO) -> bytes:
     """The next line of `reader` including its `\\n`; `b""` at a clean end of data.
@@ -110,7 +114,7 @@ class JSONFraming:
         data = buf if type(buf) is bytes else bytes(buf)
         cut = data.rfind(b"\n") + 1
         factory = new_message or self.new_message
-        if factory is JSONLine:
+        if factory is _LAZY:
             return self._decode_lazy(data, journal, base, final, cut)
         envelopes: list[Envelope] = []
         done = 0

@@ -24,6 +24,8 @@ __all__ = [
     "JournalRecreated",
     "StoreNotFound",
     "InvalidStoreURL",
+    "CorruptClaim",
+    "CorruptRecord",
 ]
 
 
@@ -112,3 +114,11 @@ class StoreNotFound(JournalNotFound):
 class InvalidStoreURL(JournalError, ValueError):
     """A store URL that cannot be right: a misspelled scheme (`s3:/bucket`, `s3:bucket`,
     `file:/dir`), a scheme fsspec does not know, or an S3 URL without a bucket."""
+
+
+class CorruptClaim(JournalError):
+    """A claim object cannot be parsed or names a fragment at another offset."""
+
+
+class CorruptRecord(JournalError):
+    """A compaction record cannot be parsed or does not describe contiguous fragments."""

@@ -218,7 +218,7 @@ class JournalSpec:
         """Validate the fields and normalise dicts into LabelSet, FragmentSpec, JournalOwner."""
         validate_journal_name(self.name)
         try:
-            labels = LabelSet.from_value(self.labels)  # type: ignore[arg-type]
+            labels = LabelSet.from_value(self.labels)
             check_single_value_labels(labels)
         except (TypeError, ValueError) as exc:
             raise InvalidJournalSpec(f"bad labels for journal {self.name!r}: {exc}") from exc
@@ -266,7 +266,7 @@ class JournalSpec:
             raise InvalidJournalSpec(f"unknown journal spec fields {sorted(unknown)} in {doc!r}")
         return cls(
             name=doc["name"],
-            labels=doc.get("labels") or {},  # type: ignore[arg-type]
+            labels=doc.get("labels") or {},
             fragment=FragmentSpec.from_dict(doc.get("fragment") or {}),
             owner=doc.get("owner"),
             incarnation=_incarnation(doc.get("incarnation")),

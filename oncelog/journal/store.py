@@ -24,6 +24,7 @@ from oncelog.journal._blocks import BlockSums, block_range, verify_content, veri
 from oncelog.journal._retry import is_transient, retry
 from oncelog.journal.backends import Backend, ObjectInfo, StagedFile, Staging, backend_for
 from oncelog.journal.errors import (
+    CorruptClaim,
     FragmentChecksumError,
     InvalidFragmentName,
     JournalError,
@@ -48,10 +49,6 @@ T = TypeVar("T")
 META_DIR = ".oncelog"
 
 _CRC_RE = re.compile(r"[0-9a-f]{8}")
-
-class CorruptClaim(JournalError):
-    """A claim object cannot be parsed or names a fragment at another offset."""
-
 
 @dataclass(frozen=True, slots=True)
 class Claim:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from oncelog import _native
-from oncelog.errors import OncelogError
+from oncelog.errors import BadMessage
 from oncelog.framing import (
     CONTENT_TYPE_JSON_LINES,
     CONTENT_TYPE_PROTOBUF_FIXED,
@@ -52,10 +52,6 @@ __all__ = [
 
 class _UseFraming(Exception):
     """A fast path met something only the framing decides."""
-
-
-class BadMessage(OncelogError, ValueError):
-    """A message that cannot become a row: a bad UUID, or a document the schema rejects."""
 
 
 @dataclass(slots=True)
@@ -331,7 +327,7 @@ class RangeDecoder:
         last = base + len(chunk)
         message = None
         if self.kind.parsed and not ids_only:
-            struct: pa.StructType = self.message_type  # type: ignore[assignment]
+            struct: pa.StructType = self.message_type
             fields = [struct.field(i) for i in range(struct.num_fields)]
             arrays = [
                 table.column(f.name).chunk(0) if table.num_rows else pa.array([], f.type)
@@ -444,7 +440,7 @@ class RangeDecoder:
         return pc.utf8_rtrim(text, characters=kind.trim) if kind.trim else text
 
     def _parse_json(self, chunk: bytes, base: int, begins: list[int]) -> pa.Array:
-        struct: pa.StructType = self.message_type  # type: ignore[assignment]
+        struct: pa.StructType = self.message_type
         fields = [struct.field(i) for i in range(struct.num_fields)]
         try:
             table = _read_json(chunk, pa.schema(fields), self.threads, self.strict_fields)
@@ -540,7 +536,7 @@ def _fast_schema(uuid_field: str, kind: MessageKind, message_type: pa.DataType) 
         return None
     fields = [pa.field(uuid_field, pa.string())]
     if kind.parsed:
-        struct: pa.StructType = message_type  # type: ignore[assignment]
+        struct: pa.StructType = message_type
         for i in range(struct.num_fields):
             f = struct.field(i)
             if f.name == uuid_field:

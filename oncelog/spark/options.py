@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 
-from oncelog.errors import OncelogError
 from oncelog.journal import JournalClient, JournalSpec, open_journals
 from oncelog.labels import LabelSelector
+from oncelog.spark.errors import OptionError
 from oncelog.transactions import validate_transaction_id
 
 __all__ = ["OptionError", "ReadOptions", "StoreOptions", "WriteOptions", "parse_bool"]
@@ -31,10 +31,6 @@ __all__ = ["OptionError", "ReadOptions", "StoreOptions", "WriteOptions", "parse_
 log = logging.getLogger(__name__)
 
 _SELECTOR_MARKS = ("=", "!", "(", " in ", " notin ")
-
-
-class OptionError(OncelogError, ValueError):
-    """A data source option is missing or has a bad value (the message names it)."""
 
 
 def parse_bool(name: str, value: str | bool) -> bool:

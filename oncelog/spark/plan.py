@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from oncelog.message import ACK_TXN, CONTINUE_TXN, OUTSIDE_TXN
 from oncelog.sequencer import QueueOutcome, decide_outcome
+from oncelog.spark.errors import Diverged
 
 __all__ = [
     "NIL_PRODUCER",
@@ -318,20 +319,6 @@ Committed = tuple[list[R], list[int]]
 """References of committed messages, and the offset at which each was committed."""
 
 
-class Diverged(Exception):
-    """A guarded SplitCommitter met what the Sequencer may decide differently (see module
-    docs), at journal offset `offset`; `committed` are the decisions made before it.
-
-    Every message committed before `offset` was decided exactly as the Sequencer does:
-    a reader may keep those and take the rest from a sequential read.
-    """
-
-    def __init__(self, offset: int, committed: Committed[Any], reason: str) -> None:
-        super().__init__(f"offset {offset}: {reason}")
-        self.offset = offset
-        self.committed = committed
-
-
 class SplitCommitter(Generic[R]):
     """Phase 2: decides which messages of one split are committed, and where.
 
@@ -422,7 +409,7 @@ class SplitCommitter(Generic[R]):
     def oldest_pending(self) -> R | None:
         """The first-fed reference that may still be returned (None: none may); for ordered refs."""
         firsts = [m.pending[0][1] for m in self._models.values() if m.pending]
-        return min(firsts) if firsts else None  # type: ignore[type-var]
+        return min(firsts) if firsts else None
 
     def finish(self) -> Committed[R]:
         out_refs: list[R] = []

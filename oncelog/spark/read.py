@@ -307,4 +307,5 @@ def sequential_batches(
 def _rows_of(batch: DecodedBatch, begins: list[int]) -> list[int]:
     """Row numbers in `batch` of messages starting at `begins`."""
     index = pc.index_in(pa.array(begins, pa.int64()), value_set=batch.columns[1])
-    return index.to_pylist()
+    rows: list[int] = index.to_pylist()  # every one of `begins` starts a row of `batch`
+    return rows

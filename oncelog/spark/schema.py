@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.errors import OncelogError
 from oncelog.framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTOBUF_FIXED
+from oncelog.spark.errors import SchemaError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,10 +57,6 @@ METADATA_COLUMNS: tuple[tuple[str, str], ...] = (
 """Name and Spark type of every column before `message`, in order."""
 
 _TEXT_CONTENT = {CONTENT_TYPE_JSON_LINES: "\n", CONTENT_TYPE_CSV: "\r\n"}
-
-
-class SchemaError(OncelogError, ValueError):
-    """The requested schema does not fit the journals or the source's columns."""
 
 
 @dataclass(frozen=True, slots=True)

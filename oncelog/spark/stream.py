@@ -35,7 +35,7 @@ from oncelog.journal import JournalClient
 from oncelog.message import Envelope
 from oncelog.reading import read_uncommitted
 from oncelog.sequencer import ProducerState, Sequencer
-from oncelog.spark.batch import decoder_for, new_message_factory
+from oncelog.spark.batches import decoder_for, new_message_factory
 from oncelog.spark.options import ReadOptions
 from oncelog.spark.read import sequential_batches, uncommitted_batches
 from oncelog.spark.schema import arrow_schema, check_schema

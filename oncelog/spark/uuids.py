@@ -87,13 +87,13 @@ def _canonical_buffer(texts: Sequence[object] | pa.Array) -> bytes | None:
         values = _texts_36(texts)
         if values is None:
             return None
-        raw = values.to_pybytes()
+        raw: bytes = values.to_pybytes()
     else:
         try:
             joined = "".join(texts)  # type: ignore[arg-type]
         except TypeError:
             return None  # a None or a non-string
-        if len(joined) != 36 * n or (n and max(map(len, texts)) != 36):  # type: ignore[arg-type]
+        if len(joined) != 36 * n or (n and max(map(len, texts)) != 36):
             return None
         try:
             raw = joined.encode("ascii")

@@ -625,7 +625,8 @@ class Txn:
 
     def _request(self, req: _Req) -> pb.ProduceMessageResult:
         self._stream.send(req)
-        return req.future.result()
+        result: pb.ProduceMessageResult = req.future.result()  # as `_answered` sets it
+        return result
 
     def _orphan(self, kind: str, ack: str, why: StreamingError) -> pb.ProduceMessageResult:
         """Append `ack` through the channel's current owner (waiting for a failover)."""
@@ -640,7 +641,8 @@ class Txn:
                 try:
                     req = _Req(kind, extra={"ack_uuid": ack, "orphan": True})
                     stream.send(req)
-                    return req.future.result(timeout=client.timeout)
+                    result: pb.ProduceMessageResult = req.future.result(timeout=client.timeout)
+                    return result
                 finally:
                     stream.close()
             except StreamingError as exc:

@@ -114,6 +114,8 @@ from typing import IO, Any, Self
 from urllib.parse import unquote, urlsplit
 from xml.sax.saxutils import escape
 
+from oncelog.testing.errors import ChildTimeout
+
 __all__ = [
     "CONDITIONAL_CONFLICT",
     "CRASH_ENV",
@@ -900,10 +902,6 @@ def kill_after_writes(client: Any, n: int) -> Callable[[], int]:
         if hasattr(backend, method):
             setattr(backend, method, hook(getattr(backend, method)))
     return lambda: count[0]
-
-
-class ChildTimeout(TimeoutError):
-    """A bounded wait on a child process expired."""
 
 
 _BOOTSTRAP = """\

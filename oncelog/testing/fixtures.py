@@ -104,7 +104,8 @@ class FaultTarget:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 _put_lock = threading.Lock()
@@ -198,7 +199,8 @@ def s3_store(s3_server: S3Server, s3_bucket: str) -> StoreTarget:
 @pytest.fixture(params=["memory", "local", "s3"])
 def store_url(request: pytest.FixtureRequest) -> StoreTarget:
     """A fresh store on each backend in turn."""
-    return request.getfixturevalue(f"{request.param}_store")
+    store: StoreTarget = request.getfixturevalue(f"{request.param}_store")
+    return store
 
 
 @pytest.fixture

@@ -67,7 +67,8 @@ from oncelog.journal import JournalClient, JournalSpec, open_journals
 from oncelog.message import Envelope, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
-from oncelog.testing.model import ExactlyOnceViolation, ReadCommittedModel
+from oncelog.testing.errors import ConsumerCrash, ExactlyOnceViolation
+from oncelog.testing.model import ReadCommittedModel
 
 __all__ = ["consumer_machine", "ConsumerMachine", "ConsumerCrash", "sentences"]
 
@@ -86,9 +87,6 @@ def sentences() -> st.SearchStrategy[dict[str, Any]]:
 def _to(journal: str) -> Callable[[Any], tuple[str, str]]:
     """A mapping of every message to `journal`."""
     return lambda _msg: (journal, NDJSON)
-
-class ConsumerCrash(Exception):
-    """Raised by the machine's stage hook to crash a consumer in the middle of a transaction."""
 
 
 class ConsumerMachine(RuleBasedStateMachine):
@@ -376,7 +374,7 @@ class ConsumerMachine(RuleBasedStateMachine):
                     fs.rm(self._memory_root, recursive=True)
 
 
-def _compare_keys(want: Counter, got: Counter) -> None:
+def _compare_keys(want: Counter[Any], got: Counter[Any]) -> None:
     missing = sorted((want - got).elements(), key=repr)
     doubled = {k: got[k] for k in got if k in want and got[k] > want[k]}
     extra = sorted((k for k in got if k not in want), key=repr)

@@ -11,28 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
+from oncelog.testing.errors import ExactlyOnceViolation
+
 __all__ = ["ReadCommittedModel", "ExactlyOnceViolation", "assert_exactly_once"]
-
-
-class ExactlyOnceViolation(AssertionError):
-    """Outputs are not exactly the inputs, once each: names the missing, doubled and extra keys."""
-
-    def __init__(self, missing: list[Any], doubled: dict[Any, int], extra: list[Any]) -> None:
-        self.missing, self.doubled, self.extra = missing, doubled, extra
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing (e.g. {_sample(missing)})")
-        if doubled:
-            sample = {k: doubled[k] for k in list(doubled)[:5]}
-            parts.append(f"{len(doubled)} delivered more than once (key: count, e.g. {sample})")
-        if extra:
-            parts.append(f"{len(extra)} unexpected (e.g. {_sample(extra)})")
-        super().__init__("not exactly once: " + "; ".join(parts))
-
-
-def _sample(items: list[Any], n: int = 5) -> str:
-    shown = ", ".join(repr(x) for x in items[:n])
-    return shown + (", ..." if len(items) > n else "")
 
 
 def assert_exactly_once(

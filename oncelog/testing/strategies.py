@@ -19,7 +19,7 @@ from oncelog.framing import CONTENT_TYPE_JSON_LINES, for_content_type
 from oncelog.message import CSVRecord, Envelope, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import checkpoint_after_dequeued, read_committed
-from oncelog.sequencer import Sequencer
+from oncelog.sequencer import ProducerState, Sequencer
 from oncelog.testing.model import ReadCommittedModel
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ def read_committed_with_restarts(
     recovering reader would."""
     delivered: list[Envelope] = []
     offsets: dict[str, int] = {journal: 0}
-    states: list = []
+    states: list[ProducerState] = []
     for limit in [*restarts, None]:
         seq = Sequencer(offsets, states, buffer=buffer)
         it = read_committed(client, journal, offsets.get(journal, 0), sequencer=seq)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 from oncelog.journal.backends._base import ObjectInfo, _Base
 from oncelog.journal.errors import AppendNotSupported
@@ -12,10 +12,10 @@ class GenericBackend(_Base):
     """Any fsspec filesystem through its public API; readable, but without create-if-absent."""
 
     def read(self, path: str, size_hint: int | None = None) -> bytes:
-        return self.fs.cat_file(path)
+        return cast(bytes, self.fs.cat_file(path))
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
-        return self.fs.cat_file(path, start=start, end=end)
+        return cast(bytes, self.fs.cat_file(path, start=start, end=end))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes | BaseException]:
         out: list[bytes | BaseException] = []
@@ -37,16 +37,16 @@ class GenericBackend(_Base):
         return False
 
     def exists(self, path: str) -> bool:
-        return self.fs.exists(path)
+        return cast(bool, self.fs.exists(path))
 
     def _ls(self, path: str) -> list[dict[str, Any]]:
         try:
-            return self.fs.ls(path, detail=True, refresh=True)
+            return cast("list[dict[str, Any]]", self.fs.ls(path, detail=True, refresh=True))
         except (FileNotFoundError, NotADirectoryError):
             return []
         except TypeError:  # a filesystem without the refresh keyword
             try:
-                return self.fs.ls(path, detail=True)
+                return cast("list[dict[str, Any]]", self.fs.ls(path, detail=True))
             except (FileNotFoundError, NotADirectoryError):
                 return []
 

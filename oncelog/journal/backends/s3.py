@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 from fsspec import AbstractFileSystem
 
@@ -39,8 +39,8 @@ class S3Backend(GenericBackend):
 
     def read(self, path: str, size_hint: int | None = None) -> bytes:
         if size_hint is not None and size_hint >= self._SMALL:
-            return self.fs.cat_file(path)  # concurrent ranged GETs for large objects
-        return self.fs.cat_file(path, max_concurrency=1)
+            return cast(bytes, self.fs.cat_file(path))  # concurrent ranged GETs for large objects
+        return cast(bytes, self.fs.cat_file(path, max_concurrency=1))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes | BaseException]:
         from fsspec.asyn import sync
@@ -92,7 +92,7 @@ class S3Backend(GenericBackend):
     def missing_store(self) -> str | None:
         bucket = self.root.split("/", 1)[0]
         try:
-            self.fs.call_s3("list_objects_v2", Bucket=bucket, MaxKeys=1)  # type: ignore[attr-defined]
+            self.fs.call_s3("list_objects_v2", Bucket=bucket, MaxKeys=1)
         except FileNotFoundError as exc:
             if _no_such_bucket(exc):
                 return f"the S3 bucket {bucket!r} does not exist"
@@ -102,8 +102,8 @@ class S3Backend(GenericBackend):
     def move(self, src: str, dst: str) -> None:
         """One CopyObject (the server copies the bytes; s3fs's copy would add a HEAD), then
         the delete of `src`. Objects of 5 GB and more go through s3fs's multipart copy."""
-        bucket, key, _ = self.fs.split_path(src)  # type: ignore[attr-defined]
-        dst_bucket, dst_key, _ = self.fs.split_path(dst)  # type: ignore[attr-defined]
+        bucket, key, _ = self.fs.split_path(src)
+        dst_bucket, dst_key, _ = self.fs.split_path(dst)
         try:
             self._call(
                 "copy_object",
@@ -122,7 +122,7 @@ class S3Backend(GenericBackend):
 
     def _call(self, method: str, bucket: str, **kwargs: Any) -> Any:
         try:
-            return self.fs.call_s3(method, Bucket=bucket, **kwargs)  # type: ignore[attr-defined]
+            return self.fs.call_s3(method, Bucket=bucket, **kwargs)
         except FileNotFoundError as exc:
             if _no_such_bucket(exc):
                 raise StoreNotFound(
@@ -130,15 +130,17 @@ class S3Backend(GenericBackend):
                 ) from exc
             raise
 
-    def _list(self, path: str, delimiter: str, start_after: str | None = None) -> list[dict]:
-        bucket, key, _ = self.fs.split_path(path)  # type: ignore[attr-defined]
+    def _list(
+        self, path: str, delimiter: str, start_after: str | None = None
+    ) -> list[dict[str, Any]]:
+        bucket, key, _ = self.fs.split_path(path)
         prefix = key.rstrip("/") + "/" if key else ""
         kwargs: dict[str, Any] = {"bucket": bucket, "Prefix": prefix}
         if delimiter:
             kwargs["Delimiter"] = delimiter
         if start_after is not None:
             kwargs["StartAfter"] = prefix + start_after
-        contents: list[dict] = []
+        contents: list[dict[str, Any]] = []
         while True:
             resp = self._call("list_objects_v2", **kwargs)
             for item in resp.get("Contents", ()):
@@ -174,12 +176,12 @@ class S3Backend(GenericBackend):
     def delete(self, paths: Iterable[str]) -> None:
         by_bucket: dict[str, list[str]] = {}
         for p in paths:
-            bucket, key, _ = self.fs.split_path(p)  # type: ignore[attr-defined]
+            bucket, key, _ = self.fs.split_path(p)
             by_bucket.setdefault(bucket, []).append(key)
         for bucket, keys in by_bucket.items():
             for i in range(0, len(keys), 1000):  # one DeleteObjects request per 1000 keys
                 objects = [{"Key": k} for k in keys[i : i + 1000]]
-                self.fs.call_s3(  # type: ignore[attr-defined]
+                self.fs.call_s3(
                     "delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
                 )
 
