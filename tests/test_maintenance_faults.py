@@ -315,12 +315,19 @@ def test_paused_writer_lands_exactly_once(
 # -- c. readers idle across compaction, retirement and trim -------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_idle_reader_resumes_exactly_or_raises(store_url: StoreTarget, seed: int) -> None:
+@pytest.mark.parametrize(
+    "backend,seed",
+    # Every seed on memory and local disk; two on the (slower) S3 test server.
+    [(b, s) for b in ("memory", "local") for s in range(6)] + [("s3", 0), ("s3", 3)],
+)
+def test_idle_reader_resumes_exactly_or_raises(
+    request: pytest.FixtureRequest, backend: str, seed: int
+) -> None:
     """A reader (and a read_committed iterator) that read part of the journal, then sat
     idle while it was compacted, retired and trimmed (below or past its position), goes on
     with exactly the journal from where it was, or raises OffsetNotAvailable if that was
     trimmed: never a silent jump."""
+    store_url: StoreTarget = request.getfixturevalue(f"{backend}_store")
     rng = random.Random(seed)
     writer = store_url.open()
     idle = store_url.open()
