@@ -43,10 +43,10 @@ import crc32c
 from oncelog.journal._blocks import BlockSums, block_sums
 from oncelog.journal._retry import retry
 from oncelog.journal.backends import StagedFile
-from oncelog.journal.compaction import consumed_claims, list_records
 from oncelog.journal.errors import AppendFailed
 from oncelog.journal.fragment import Codec, Fragment, content_sum, encode
 from oncelog.journal.index import ClaimsIndex
+from oncelog.journal.records import consumed_claims, list_records
 from oncelog.journal.store import Claim, FragmentStore
 
 __all__ = ["Persister"]

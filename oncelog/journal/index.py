@@ -39,7 +39,6 @@ import time
 from typing import NoReturn, Sequence
 
 from oncelog.journal._blocks import BlockSums
-from oncelog.journal.compaction import CompactionRecord, effective, list_records, newest_record
 from oncelog.journal.errors import (
     JournalRecreated,
     MissingFragment,
@@ -47,6 +46,7 @@ from oncelog.journal.errors import (
     StorageUnavailable,
 )
 from oncelog.journal.fragment import Fragment, cover_set
+from oncelog.journal.records import CompactionRecord, effective, list_records, newest_record
 from oncelog.journal.store import Claim, FragmentStore
 
 __all__ = ["JournalIndex", "ClaimsIndex", "GazetteIndex"]

@@ -36,22 +36,22 @@ from dataclasses import dataclass, field
 import crc32c
 
 from oncelog.journal._blocks import BlockSums, verify_content
-from oncelog.journal.compaction import (
-    CompactionRecord,
-    CorruptRecord,
-    RecordName,
-    effective,
-    list_records,
-    newest_record,
-    read_record,
-)
 from oncelog.journal.errors import (
+    CorruptRecord,
     FragmentChecksumError,
     JournalError,
     MissingFragment,
     StorageUnavailable,
 )
 from oncelog.journal.fragment import Fragment, content_sum, cover_set, decode
+from oncelog.journal.records import (
+    CompactionRecord,
+    RecordName,
+    effective,
+    list_records,
+    newest_record,
+    read_record,
+)
 from oncelog.journal.store import Claim, CorruptClaim, FragmentStore
 
 __all__ = ["VerifyProblem", "VerifyReport", "verify_journal"]
