@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from oncelog.journal import AppendNotSupported
 from oncelog.journal.backends import (
@@ -15,8 +17,13 @@ from oncelog.journal.backends import (
     LocalBackend,
     MemoryBackend,
     S3Backend,
+    backend_class,
     backend_for,
+    backend_protocols,
+    register_backend,
+    unregister_backend,
 )
+from oncelog.journal.store import FragmentStore
 
 
 def test_backend_is_chosen_by_protocol(tmp_path: Any) -> None:
@@ -29,6 +36,84 @@ def test_backend_is_chosen_by_protocol(tmp_path: Any) -> None:
     assert type(generic) is GenericBackend and not generic.can_create
     with pytest.raises(AppendNotSupported, match="only-if-absent"):
         generic.create("a", b"x")
+
+
+class _CustomProtocolFS(MemoryFileSystem):
+    """A filesystem under protocols of its own (storage is memory://'s, never written here)."""
+
+    protocol = ("oncelog-test-custom", "oncelog-test-custom-alias")
+
+
+class _UnknownProtocolFS(MemoryFileSystem):
+    protocol = ("oncelog-test-unknown",)
+
+
+class _CustomBackend(GenericBackend):
+    """A backend a user registers for their own protocol."""
+
+
+@pytest.fixture
+def custom_backend_registered() -> Iterator[None]:
+    previous = register_backend(_CustomProtocolFS.protocol, _CustomBackend)
+    try:
+        yield
+    finally:
+        unregister_backend(_CustomProtocolFS.protocol)
+        for protocol, cls in previous.items():
+            register_backend(protocol, cls)
+
+
+def test_builtin_backends_are_registered_by_protocol() -> None:
+    assert {"file", "local", "memory", "s3", "s3a"} <= set(backend_protocols())
+    assert backend_class("file") is LocalBackend and backend_class("local") is LocalBackend
+    assert backend_class("memory") is MemoryBackend
+    assert backend_class(("s3", "s3a")) is S3Backend and backend_class("s3a") is S3Backend
+    assert backend_class("gcs") is GenericBackend
+
+
+def test_registered_backend_is_picked_for_its_protocol(custom_backend_registered: None) -> None:
+    fs = _CustomProtocolFS()
+    backend = backend_for(fs, "/custom")
+    assert type(backend) is _CustomBackend and backend.root == "/custom"
+    assert backend_class("oncelog-test-custom-alias") is _CustomBackend
+    # The journal store picks its backend through the same registry.
+    store_backend = FragmentStore(fs, "/custom").backend
+    assert type(getattr(store_backend, "inner", store_backend)) is _CustomBackend
+    # Unknown protocols still get the generic backend, registered ones theirs.
+    assert type(backend_for(_UnknownProtocolFS(), "/u")) is GenericBackend
+    assert type(backend_for(fsspec.filesystem("memory"), "/m")) is MemoryBackend
+
+
+def test_unregistered_protocol_falls_back_to_generic(custom_backend_registered: None) -> None:
+    assert unregister_backend("oncelog-test-custom") == {"oncelog-test-custom": _CustomBackend}
+    # The alias keeps its class; the main protocol, first in fs.protocol, is tried first.
+    assert type(backend_for(_CustomProtocolFS(), "/c")) is _CustomBackend
+    unregister_backend("oncelog-test-custom-alias")
+    assert type(backend_for(_CustomProtocolFS(), "/c")) is GenericBackend
+    assert "oncelog-test-custom" not in backend_protocols()
+
+
+def test_register_backend_returns_what_it_replaces() -> None:
+    previous = register_backend("memory", _CustomBackend)
+    try:
+        assert previous == {"memory": MemoryBackend}
+        assert type(backend_for(fsspec.filesystem("memory"), "/x")) is _CustomBackend
+    finally:
+        restored = register_backend("memory", previous.get("memory", MemoryBackend))
+    assert restored == {"memory": _CustomBackend}
+    assert type(backend_for(fsspec.filesystem("memory"), "/x")) is MemoryBackend
+
+
+@pytest.mark.parametrize("protocols", ["", (), ("s3", ""), (None,)])
+def test_register_backend_rejects_bad_protocols(protocols: Any) -> None:
+    with pytest.raises(ValueError, match="protocol names"):
+        register_backend(protocols, _CustomBackend)
+
+
+def test_register_backend_rejects_a_non_callable() -> None:
+    with pytest.raises(TypeError, match="callable"):
+        register_backend("oncelog-test-bad", "not a class")  # type: ignore[arg-type]
+    assert "oncelog-test-bad" not in backend_protocols()
 
 
 def test_create_has_exactly_one_winner_under_contention(store_url: Any) -> None:

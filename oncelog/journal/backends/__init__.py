@@ -9,9 +9,12 @@ Each backend offers the same small set of calls. The one that matters for correc
 - memory://: exists-then-store under a process-wide lock (memory:// is process-local anyway).
 
 Any other fsspec filesystem is readable but cannot create-if-absent, so appends are refused.
-"""
 
-from fsspec import AbstractFileSystem
+The backend of a filesystem is picked by its fsspec protocol from a registry
+(`register_backend(protocols, cls)`, `backend_class(protocols)`, `backend_for(fs, root)`),
+in which the built-in backends are registered here; protocols without a registered class get
+GenericBackend.
+"""
 
 from oncelog.journal.backends._base import (
     MIN_S3FS_VERSION,
@@ -20,6 +23,14 @@ from oncelog.journal.backends._base import (
     PieceReads,
     StagedFile,
     Staging,
+)
+from oncelog.journal.backends._registry import (
+    BackendClass,
+    backend_class,
+    backend_for,
+    backend_protocols,
+    register_backend,
+    unregister_backend,
 )
 from oncelog.journal.backends.generic import GenericBackend
 from oncelog.journal.backends.local import LocalBackend
@@ -36,20 +47,19 @@ __all__ = [
     "MemoryBackend",
     "S3Backend",
     "GenericBackend",
+    "BackendClass",
+    "backend_class",
     "backend_for",
+    "backend_protocols",
+    "register_backend",
+    "unregister_backend",
     "MIN_S3FS_VERSION",
 ]
 
-def backend_for(fs: AbstractFileSystem, root: str) -> Backend:
-    """Pick the backend for an fsspec filesystem by its protocol."""
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    if "file" in protocols or "local" in protocols:
-        return LocalBackend(fs, root)
-    if "memory" in protocols:
-        return MemoryBackend(fs, root)
-    if "s3" in protocols or "s3a" in protocols:
-        return S3Backend(fs, root)
-    return GenericBackend(fs, root)
+# The built-in backends; any other protocol gets GenericBackend.
+register_backend(("file", "local"), LocalBackend)
+register_backend("memory", MemoryBackend)
+register_backend(("s3", "s3a"), S3Backend)
 
 
 def _conforms(
