@@ -1,6 +1,9 @@
 """Bounded retries of storage calls: transient failures are retried with jittered backoff
 until a deadline, then reported with whether the call's outcome is known.
 
+The loop itself is the shared one of `oncelog._retry`; this module says which storage
+failures are transient, and its `retry` is that loop with this classification.
+
 Transient: anything a network or an object store can answer and later answer otherwise
 (5xx, 409 ConditionalRequestConflict, connection resets, timeouts, generic OSError).
 Not transient, raised at once: oncelog's own errors, a missing or existing object, a
@@ -9,10 +12,9 @@ refused permission, and programming errors.
 
 from __future__ import annotations
 
-import random
-import time
 from typing import Callable, NoReturn, TypeVar
 
+from oncelog import _retry as _shared
 from oncelog.journal.errors import JournalError
 
 __all__ = ["PERMANENT", "retry", "is_transient", "is_credentials_error"]
@@ -36,10 +38,6 @@ PERMANENT: tuple[type[BaseException], ...] = (
     MemoryError,
 )
 """Failures that retrying cannot change."""
-
-_FIRST_DELAY = 0.01
-_MAX_DELAY = 1.0
-
 
 _CREDENTIAL_ERRORS = frozenset(
     {"NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError", "ProfileNotFound"}
@@ -71,17 +69,4 @@ def retry(
     """Run `op` until it returns or raises a permanent error, retrying transient failures
     with backoff (10 ms doubling to 1 s, jittered) for at most `timeout` seconds; then
     `give_up(last_error)` raises the caller's error. Bounded: never loops past the deadline."""
-    deadline = time.monotonic() + timeout
-    delay = _FIRST_DELAY
-    while True:
-        try:
-            return op()
-        except PERMANENT:
-            raise
-        except Exception as exc:  # noqa: BLE001 - network and I/O errors are retried
-            if is_credentials_error(exc):
-                raise
-            if time.monotonic() + delay > deadline:
-                give_up(exc)
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, _MAX_DELAY)
+    return _shared.retry(op, timeout, give_up, retriable=is_transient)

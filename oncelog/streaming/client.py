@@ -26,7 +26,6 @@ import itertools
 import logging
 import queue
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -34,10 +33,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import grpc
 
+from oncelog._retry import retry
 from oncelog.message import ACK_TXN, CONTINUE_TXN, OUTSIDE_TXN, Clock, build_uuid, new_producer_id
 from oncelog.streaming import streaming_pb2 as pb
 from oncelog.streaming import streaming_pb2_grpc as pb_grpc
@@ -240,6 +240,29 @@ def _rpc_error(exc: grpc.RpcError, address: str = "") -> StreamingError:
 def _check(error: pb.StreamingError) -> None:
     if error.code != 0:
         raise StreamingError(error.code, error.cause)
+
+
+# -- retries ------------------------------------------------------------------------------
+#
+# Every wait for a node (a producer's new owner, a transaction's, a broadcast's, a scanner's
+# next node) is the shared loop of `oncelog._retry`, bounded by the client's `retry_timeout`,
+# with these pauses (50 ms doubling to 0.5 s, jittered) unless said otherwise.
+
+_FIRST_DELAY = 0.05
+_MAX_DELAY = 0.5
+
+_NODE_GONE = frozenset({Code.ON_SHUTDOWN, Code.EOF})
+"""Codes after which a reader tries another node: the node stopped, died or ended the call."""
+
+
+def _reraise(exc: Exception) -> NoReturn:
+    """A `give_up` for callers that report the last failure themselves."""
+    raise exc
+
+
+def _code_in(codes: frozenset[Code]) -> Callable[[Exception], bool]:
+    """A `retriable` predicate: a StreamingError whose code is one of `codes`."""
+    return lambda exc: isinstance(exc, StreamingError) and exc.code in codes
 
 
 # -- produce streams ------------------------------------------------------------------------
@@ -533,35 +556,35 @@ class _ChannelProducer:
                          name="oncelog-streaming-recover").start()
 
     def _recover(self, error: StreamingError) -> None:
-        deadline = time.monotonic() + self.client.retry_timeout
-        delay = 0.02
-        while True:
-            try:
-                stream = self._open()
-            except StreamingError as exc:
-                error = exc
-                if _retriable(exc) and time.monotonic() < deadline and not self._closed:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-                    continue
-                with self._lock:
-                    failed = list(self._unacked.values())
-                    self._unacked.clear()
-                    self._recovering = False
-                for req in failed:
-                    req.future.set_exception(StreamingError(
-                        error.code, f"gave up after {self.client.retry_timeout} s: {error.cause}"))
-                return
+        """Open a stream to the channel's owner (looking it up again, for up to the client's
+        `retry_timeout`) and resend every unacknowledged request on it, in order, with its
+        UUIDs. Past the deadline, on a closed producer or a final error (no such channel),
+        every unacknowledged request fails instead."""
+
+        def retriable(exc: Exception) -> bool:
+            return isinstance(exc, StreamingError) and _retriable(exc) and not self._closed
+
+        try:
+            stream = retry(self._open, self.client.retry_timeout, _reraise,
+                           retriable=retriable, first_delay=0.02, max_delay=_MAX_DELAY)
+        except StreamingError as exc:
             with self._lock:
-                self._stream = stream
+                failed = list(self._unacked.values())
+                self._unacked.clear()
                 self._recovering = False
-                pending = list(self._unacked.values())
-                try:
-                    for req in pending:
-                        stream.send(req)
-                except StreamingError:
-                    pass  # broke again: its on_broken starts another recovery
+            for req in failed:
+                req.future.set_exception(StreamingError(
+                    exc.code, f"gave up after {self.client.retry_timeout} s: {exc.cause}"))
             return
+        with self._lock:
+            self._stream = stream
+            self._recovering = False
+            pending = list(self._unacked.values())
+            try:
+                for req in pending:
+                    stream.send(req)
+            except StreamingError:
+                pass  # broke again: its on_broken starts another recovery
 
     def close(self) -> None:
         with self._lock:
@@ -629,12 +652,12 @@ class Txn:
         return result
 
     def _orphan(self, kind: str, ack: str, why: StreamingError) -> pb.ProduceMessageResult:
-        """Append `ack` through the channel's current owner (waiting for a failover)."""
+        """Append `ack` through the channel's current owner (waiting for a failover: a lost
+        node or an unanswered request is retried for up to the client's `retry_timeout`,
+        with the same `ack` UUID, so a copy that landed after all changes nothing)."""
         client = self._client
-        deadline = time.monotonic() + client.retry_timeout
-        delay = 0.05
-        error = why
-        while True:
+
+        def attempt() -> pb.ProduceMessageResult:
             try:
                 stream = _Stream(client, client._owner_address(self.channel), self.channel,
                                  self._answered, self._broken)
@@ -646,23 +669,28 @@ class Txn:
                 finally:
                     stream.close()
             except StreamingError as exc:
-                error = exc
-                if not _node_lost(exc):
-                    raise StreamingError(error.code, f"transaction {self.txn_id} on "
-                                         f"{self.channel!r}: its stream failed ({why.cause}) "
-                                         f"and the channel's owner refused to finish it: "
-                                         f"{error.cause}") from None
-                if time.monotonic() >= deadline:
-                    raise StreamingError(error.code, f"transaction {self.txn_id} on "
-                                         f"{self.channel!r}: its node failed ({why.cause}) and "
-                                         f"the new owner could not be reached: {error.cause}"
-                                         ) from None
-            except TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise StreamingError(Code.ON_SHUTDOWN, f"transaction {self.txn_id}: no "
-                                         "answer from the channel's new owner") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+                if _node_lost(exc):
+                    raise
+                raise StreamingError(exc.code, f"transaction {self.txn_id} on "
+                                     f"{self.channel!r}: its stream failed ({why.cause}) "
+                                     f"and the channel's owner refused to finish it: "
+                                     f"{exc.cause}") from None
+
+        def retriable(exc: Exception) -> bool:
+            return isinstance(exc, TimeoutError) or (
+                isinstance(exc, StreamingError) and _node_lost(exc))
+
+        def give_up(exc: Exception) -> NoReturn:
+            if isinstance(exc, StreamingError):
+                raise StreamingError(exc.code, f"transaction {self.txn_id} on "
+                                     f"{self.channel!r}: its node failed ({why.cause}) and "
+                                     f"the new owner could not be reached: {exc.cause}"
+                                     ) from None
+            raise StreamingError(Code.ON_SHUTDOWN, f"transaction {self.txn_id}: no "
+                                 "answer from the channel's new owner") from None
+
+        return retry(attempt, client.retry_timeout, give_up, retriable=retriable,
+                     first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY)
 
     def _roll_back_elsewhere(self, why: StreamingError) -> None:
         if self._first_clock:
@@ -813,7 +841,7 @@ class Scanner:
                 first = next(call)
             except grpc.RpcError as exc:
                 error = _rpc_error(exc, target)
-                if error.code not in (Code.ON_SHUTDOWN, Code.EOF) or self._closed:
+                if error.code not in _NODE_GONE or self._closed:
                     raise error from None
                 continue
             except StopIteration:
@@ -837,23 +865,29 @@ class Scanner:
             request.resume_after.CopyFrom(self.last_id._pb())
         i = self._addresses.index(self._address) if self._address in self._addresses else -1
         order = self._addresses[i + 1:] + self._addresses[:i + 1]
-        deadline = time.monotonic() + self._client.retry_timeout
-        delay = 0.05
         log.info("scanner of %r: %s; resuming after %d messages", name, why, self.delivered)
-        while True:
+
+        def failed(exc: StreamingError) -> StreamingError:
+            return StreamingError(exc.code, f"scanner of {name!r} could not resume "
+                                  f"after {why.cause}: {exc.cause}")
+
+        def attempt() -> None:
             try:
                 self._open(request, order)
-                self.reconnects += 1
-                return
             except StreamingError as exc:
                 if self._closed:
                     raise StopIteration from None
-                if exc.code not in (Code.ON_SHUTDOWN, Code.EOF) or \
-                        time.monotonic() >= deadline:
-                    raise StreamingError(exc.code, f"scanner of {name!r} could not resume "
-                                         f"after {why.cause}: {exc.cause}") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+                if exc.code in _NODE_GONE:
+                    raise
+                raise failed(exc) from None
+
+        def give_up(exc: Exception) -> NoReturn:
+            assert isinstance(exc, StreamingError)
+            raise failed(exc) from None
+
+        retry(attempt, self._client.retry_timeout, give_up, retriable=_code_in(_NODE_GONE),
+              first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY)
+        self.reconnects += 1
 
     def __iter__(self) -> Scanner:
         return self
@@ -866,7 +900,7 @@ class Scanner:
                 if self._closed:
                     raise StopIteration from None
                 err = _rpc_error(exc, self._address)
-                if err.code not in (Code.ON_SHUTDOWN, Code.EOF):
+                if err.code not in _NODE_GONE:
                     raise err from None
                 self._resume(err)
                 continue
@@ -1060,24 +1094,24 @@ class StreamingClient:
         message = _message(msg, vchannel)
         message.uuid = _broadcast_uuid()
         request = pb.BroadcastRequest(channels=list(channels), message=message)
-        deadline = time.monotonic() + self.retry_timeout
-        delay = 0.05
-        while True:
-            try:
-                resp = self._unary("Broadcast", request, self._owner_address(channels[0]))
-                _check(resp.error)
-                return [MessageID._of(i) for i in resp.ids]
-            except StreamingError as exc:
-                # Lost replies, dead or fenced nodes: resend (a duplicate is dropped by
-                # readers). A channel that does not exist anywhere: give up at once.
-                if exc.code not in RETRIABLE or time.monotonic() >= deadline:
-                    raise
-                if exc.code == Code.CHANNEL_NOT_EXIST:
-                    for name in channels:
-                        self.describe_channel(name)  # raises for a missing channel
-                log.info("broadcast to %s: %s; resending", list(channels), exc)
-            time.sleep(delay)
-            delay = min(delay * 2, 0.5)
+
+        def attempt() -> list[MessageID]:
+            resp = self._unary("Broadcast", request, self._owner_address(channels[0]))
+            _check(resp.error)
+            return [MessageID._of(i) for i in resp.ids]
+
+        def resend(exc: Exception) -> None:
+            # Lost replies, dead or fenced nodes: resend `request` as it is (same UUID; a
+            # duplicate is dropped by readers). A channel that does not exist anywhere:
+            # give up at once (describe_channel raises for it).
+            assert isinstance(exc, StreamingError)
+            if exc.code == Code.CHANNEL_NOT_EXIST:
+                for name in channels:
+                    self.describe_channel(name)
+            log.info("broadcast to %s: %s; resending", list(channels), exc)
+
+        return retry(attempt, self.retry_timeout, _reraise, retriable=_code_in(RETRIABLE),
+                     on_retry=resend, first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY)
 
     # Consuming --------------------------------------------------------------------------
 
