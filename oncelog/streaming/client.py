@@ -567,14 +567,21 @@ class _ChannelProducer:
         try:
             stream = retry(self._open, self.client.retry_timeout, _reraise,
                            retriable=retriable, first_delay=0.02, max_delay=_MAX_DELAY)
-        except StreamingError as exc:
+        except Exception as exc:  # noqa: BLE001 - every unacknowledged request must resolve
+            # A StreamingError past the deadline, or anything else `_open` raised (which
+            # must not leave the producer "recovering" with futures that never resolve).
+            if isinstance(exc, StreamingError):
+                failure = StreamingError(
+                    exc.code, f"gave up after {self.client.retry_timeout} s: {exc.cause}")
+            else:
+                failure = StreamingError(
+                    Code.UNKNOWN, f"reconnecting failed: {type(exc).__name__}: {exc}")
             with self._lock:
                 failed = list(self._unacked.values())
                 self._unacked.clear()
                 self._recovering = False
             for req in failed:
-                req.future.set_exception(StreamingError(
-                    exc.code, f"gave up after {self.client.retry_timeout} s: {exc.cause}"))
+                req.future.set_exception(failure)
             return
         with self._lock:
             self._stream = stream

@@ -106,3 +106,26 @@ def test_broadcast_raises_the_last_node_error_within_retry_timeout() -> None:
     assert info.value.cause == f"node unavailable ({len(nodes.broadcasts) - 1})"
     assert 1 < len(nodes.broadcasts) < 100
     assert elapsed < 0.5 + 0.5  # retry_timeout, plus at most half a pause of jitter
+
+
+def test_a_recovery_that_fails_unexpectedly_fails_every_pending_request(
+    client: StreamingClient,
+) -> None:
+    """`_open` raising something other than a StreamingError during recovery must not leave
+    the producer 'recovering' with futures that never resolve."""
+    from oncelog.streaming.client import _ChannelProducer, _Req
+
+    producer = _ChannelProducer(client, "ch")
+    req = _Req("produce", [pb.Message(payload=b"x")])
+    req.key = 0
+    producer._unacked[0] = req
+    producer._recovering = True
+
+    def broken_open() -> Any:
+        raise RuntimeError("resolver exploded")
+
+    producer._open = broken_open  # type: ignore[method-assign]
+    producer._recover(StreamingError(Code.EOF, "stream broke"))
+    assert not producer._recovering and not producer._unacked
+    with pytest.raises(StreamingError, match="reconnecting failed: RuntimeError"):
+        req.future.result(timeout=5)
