@@ -42,15 +42,37 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 if TYPE_CHECKING:
+    from oncelog.journal.backends import Backend
     from oncelog.journal.client import JournalClient
+    from oncelog.journal.store import FragmentStore
 
-__all__ = ["FencedChain", "Link", "MetaStore", "Placement", "new_token"]
+# oncelog.journal is imported inside functions: it imports this module (the client builds
+# its `meta` here), so importing it at the top would be circular.
+
+__all__ = [
+    "RESERVED_DIRS",
+    "FencedChain",
+    "Link",
+    "MetaStore",
+    "Placement",
+    "create_if_absent",
+    "new_token",
+    "retry_storage",
+]
+
+T = TypeVar("T")
 
 _LINK = re.compile(r"^(?P<prefix>.*?)(?P<n>[0-9a-f]{16})\.json$")
 _LATEST_ATTEMPTS = 5  # links vanishing (pruned) between a LIST and a GET, in a row
+
+RESERVED_DIRS: tuple[str, ...] = ("claims", "journals", "compactions", "revisions")
+"""The top directories of `<root>/.oncelog/` that belong to oncelog's own layers (claims,
+journal specs, compaction records, spec revisions): only a `MetaStore` made with
+`internal=True` writes or deletes there, so a user's object can never be taken for (or
+overwrite) one of the journal layer's."""
 
 
 def new_token() -> str:
@@ -58,71 +80,159 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
+def retry_storage(
+    op: Callable[[], T], what: str, *, timeout: float, where: str, ambiguous: bool = False
+) -> T:
+    """Run a storage call, retrying transient failures (oncelog.journal's classification)
+    for `timeout` seconds; then raise StorageUnavailable naming `where` (the client) and
+    `what`, and saying whether the outcome is known: `ambiguous` is a write that may have
+    taken effect (`outcome_known=False`), otherwise nothing was changed. Bounded: gives up
+    at the deadline."""
+    from oncelog.journal._retry import retry
+    from oncelog.journal.errors import StorageUnavailable
+
+    def give_up(exc: Exception) -> NoReturn:
+        outcome = (
+            "its outcome is unknown (it may have taken effect)" if ambiguous else
+            "nothing was changed"
+        )
+        raise StorageUnavailable(
+            f"{where}: could not {what} within {timeout} s; {outcome}: {exc!r}",
+            outcome_known=not ambiguous,
+        ) from exc
+
+    return retry(op, timeout, give_up)
+
+
+class _Vanished(Exception):
+    """The object existed, then was deleted before it could be read: try again (transient
+    to the retry loop, so bounded by its deadline)."""
+
+
+def create_if_absent(
+    backend: Backend, path: str, data: bytes, what: str, *, timeout: float, where: str
+) -> bool:
+    """Create `path` (a full path of `backend`) holding `data` only if absent; True if this
+    call made it. Retried as `retry_storage` with `ambiguous=True`.
+
+    Every caller's `data` is unique to the attempt (a token, a writer id and a time), so
+    an object found with exactly these bytes was made by this call: an earlier try whose
+    reply was lost (botocore, s3fs or this loop retried a PUT that had taken effect and
+    then got 412). 409 conflicts and other transient answers are retried."""
+
+    def attempt() -> bool:
+        if backend.create(path, data):
+            return True
+        try:
+            existing = backend.read(path)
+        except FileNotFoundError:
+            raise _Vanished() from None
+        return bytes(existing) == data
+
+    return retry_storage(attempt, what, timeout=timeout, where=where, ambiguous=True)
+
+
 class MetaStore:
     """Small objects under `<root>/.oncelog/` of one journal store, by paths relative to it.
 
-    A view of a `JournalClient`'s store (`client.meta`): it shares the client's backend
-    and retry timeout. Paths are validated; `internal=True` lets oncelog's own layers
-    write inside the directories users may not (claims, specs, compaction records)."""
+    It stands on the store alone: the `FragmentStore` (its backend), the `retry_timeout`
+    of its writes, and `description`, which names the store (its client) in errors.
+    `MetaStore.of(client)` takes all three from a `JournalClient` (`client.meta`). Paths
+    are validated; only `internal=True` lets oncelog's own layers write inside
+    `RESERVED_DIRS` (claims, specs, compaction records, spec revisions)."""
 
-    __slots__ = ("_client", "_internal")
+    __slots__ = ("_store", "_retry_timeout", "_description", "_internal")
 
-    def __init__(self, client: JournalClient, *, internal: bool = False) -> None:
-        self._client = client
+    def __init__(
+        self,
+        store: FragmentStore,
+        *,
+        retry_timeout: float,
+        description: str,
+        internal: bool = False,
+    ) -> None:
+        self._store = store
+        self._retry_timeout = retry_timeout
+        self._description = description
         self._internal = internal
 
+    @classmethod
+    def of(cls, client: JournalClient, *, internal: bool = False) -> MetaStore:
+        """The metadata store of `client`'s store, with its retry timeout, named as it is."""
+        return cls(
+            client.store,
+            retry_timeout=client.retry_timeout,
+            description=repr(client),
+            internal=internal,
+        )
+
     def __repr__(self) -> str:
-        return f"MetaStore({self._client!r})"
+        return f"MetaStore({self._description})"
+
+    def _check_write(self, path: str) -> None:
+        """InvalidObjectPath unless `path` is a safe relative path this store may write."""
+        from oncelog.journal.errors import InvalidObjectPath
+        from oncelog.journal.names import validate_object_path
+
+        validate_object_path(path)
+        if not self._internal and path.split("/", 1)[0] in RESERVED_DIRS:
+            raise InvalidObjectPath(
+                f"object path {path!r} is inside oncelog's own claims/ or journals/ directory"
+            )
+
+    def _retry(self, op: Callable[[], T], what: str, *, ambiguous: bool = False) -> T:
+        return retry_storage(
+            op, what, timeout=self._retry_timeout, where=self._description,
+            ambiguous=ambiguous,
+        )
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Store `data` at `path` only if nothing is there yet (durably); True if this call
         created it. `data` must be unique to the caller's attempt (hold a token): an object
         found with exactly these bytes is this call's own, whose reply was lost. Transient
-        errors (5xx, 409 conflicts, resets) are retried for the client's retry_timeout,
+        errors (5xx, 409 conflicts, resets) are retried for the store's retry_timeout,
         then StorageUnavailable with `outcome_known=False` (the object may exist)."""
-        client = self._client
-        client._check_meta_write(path, internal=self._internal)
-        client.store.backend.require_create()
-        return client._create_object(
-            client.store.meta_path(path), bytes(data), f"create {path!r}"
+        self._check_write(path)
+        backend = self._store.backend
+        backend.require_create()
+        return create_if_absent(
+            backend, self._store.meta_path(path), bytes(data), f"create {path!r}",
+            timeout=self._retry_timeout, where=self._description,
         )
 
     def write(self, path: str, data: bytes) -> None:
         """Store `data` at `path`, replacing what is there (durably; retried). For objects
         whose every writer writes the same bytes (a compaction's claims object), never for
         a link of a chain."""
-        client = self._client
-        client._check_meta_write(path, internal=self._internal)
-        full = client.store.meta_path(path)
-        client._with_retry(
-            lambda: client.store.backend.write(full, bytes(data)), f"write {path!r}",
-            ambiguous=True,
-        )
+        self._check_write(path)
+        full = self._store.meta_path(path)
+        backend = self._store.backend
+        self._retry(lambda: backend.write(full, bytes(data)), f"write {path!r}", ambiguous=True)
 
     def read(self, path: str) -> bytes | None:
         """The bytes at `path`, or None if absent (transient errors retried by the store)."""
-        full = self._client.store.meta_path(path)
+        full = self._store.meta_path(path)
         try:
-            return self._client.store.backend.read(full)
+            return self._store.backend.read(full)
         except FileNotFoundError:
             return None
 
     def list(self, directory: str, after: str | None = None) -> list[str]:
         """Names of the objects directly in `directory`, sorted; only those after `after`
         when given (S3 lists from there)."""
-        path = self._client.store.meta_path(directory.rstrip("/"))
-        return self._client.store.backend.list_names_after(path, after)
+        path = self._store.meta_path(directory.rstrip("/"))
+        return self._store.backend.list_names_after(path, after)
 
     def delete(self, path: str) -> None:
         """Remove `path` (no error if absent)."""
-        client = self._client
-        client._check_meta_write(path, internal=self._internal)
-        full = client.store.meta_path(path)
-        client._with_retry(lambda: client.store.backend.delete([full]), f"delete {path!r}")
+        self._check_write(path)
+        full = self._store.meta_path(path)
+        backend = self._store.backend
+        self._retry(lambda: backend.delete([full]), f"delete {path!r}")
 
     def display(self, path: str) -> str:
         """The object's full location, as named in errors."""
-        return self._client.store.meta_path(path)
+        return self._store.meta_path(path)
 
 
 class Placement(enum.Enum):

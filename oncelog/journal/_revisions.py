@@ -58,7 +58,7 @@ def chain(client: JournalClient, journal: str, incarnation: str | None) -> Fence
     `revisions/<journal>/<incarnation>-<n:016x>.json` (oncelog.coordination). Revisions are
     never pruned, so a created link is never in a freed number: `put` alone decides."""
     return FencedChain(
-        MetaStore(client, internal=True),
+        MetaStore.of(client, internal=True),
         f"{REVISIONS}/{journal}",
         prefix=f"{_incarnation_key(incarnation)}-",
     )
@@ -96,7 +96,7 @@ def new_revision(n: int, spec: bytes) -> bytes:
 def delete_revisions(client: JournalClient, journal: str) -> None:
     """Remove every revision object of the journal, of every incarnation (when it is
     deleted)."""
-    meta = MetaStore(client, internal=True)
+    meta = MetaStore.of(client, internal=True)
     directory = f"{REVISIONS}/{journal}"
     for name in meta.list(directory):
         if name.endswith(".json"):

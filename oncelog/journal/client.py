@@ -15,21 +15,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Callable, NoReturn, TypeVar, cast
+from typing import Any, Callable, TypeVar, cast
 
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol, url_to_fs
 
-from oncelog.coordination import MetaStore
+from oncelog.coordination import MetaStore, create_if_absent, retry_storage
 from oncelog.journal import _revisions, compaction
-from oncelog.journal._retry import retry
 from oncelog.journal.appender import Appender, AppendResult, AsyncAppend, AsyncAppendMany
 from oncelog.journal.errors import (
     AppendFailed,
     AppendNotSupported,
     CorruptSpec,
     InvalidJournalSpec,
-    InvalidObjectPath,
     InvalidStoreURL,
     JournalError,
     JournalExists,
@@ -39,7 +37,7 @@ from oncelog.journal.errors import (
 )
 from oncelog.journal.fragment import Fragment
 from oncelog.journal.index import ClaimsIndex, GazetteIndex, JournalIndex
-from oncelog.journal.names import validate_journal_name, validate_object_path
+from oncelog.journal.names import validate_journal_name
 from oncelog.journal.reader import JournalReader
 from oncelog.journal.spec import JournalSpec
 from oncelog.journal.store import META_DIR, FragmentStore
@@ -51,8 +49,6 @@ __all__ = ["JournalClient", "open_journals", "DEFAULT_GC_GRACE"]
 DEFAULT_GC_GRACE = timedelta(hours=1)
 """Unclaimed fragments younger than this are left alone by `gc` (a writer may be about to
 claim them)."""
-
-_RESERVED_META = ("claims", "journals", compaction.RECORDS, _revisions.REVISIONS)
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +96,17 @@ class JournalClient:
     def root(self) -> str:
         """The store root, as a path of `fs`."""
         return self.store.root
+
+    @property
+    def retry_timeout(self) -> float:
+        """Seconds a storage call is retried through transient failures before
+        StorageUnavailable (set when the client is made)."""
+        return self._retry_timeout
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called (the client then refuses calls)."""
+        return self._closed
 
     @property
     def can_append(self) -> bool:
@@ -298,43 +305,18 @@ class JournalClient:
     def _with_retry(self, op: Callable[[], T], what: str, ambiguous: bool = False) -> T:
         """Run a storage call, retrying transient failures for retry_timeout; then raise
         StorageUnavailable saying whether the outcome is known (`ambiguous`: a write that may
-        have taken effect)."""
-
-        def give_up(exc: Exception) -> NoReturn:
-            outcome = (
-                "its outcome is unknown (it may have taken effect)" if ambiguous else
-                "nothing was changed"
-            )
-            raise StorageUnavailable(
-                f"{self!r}: could not {what} within {self._retry_timeout} s; {outcome}: "
-                f"{exc!r}",
-                outcome_known=not ambiguous,
-            ) from exc
-
-        return retry(op, self._retry_timeout, give_up)
+        have taken effect). See oncelog.coordination.retry_storage."""
+        return retry_storage(
+            op, what, timeout=self._retry_timeout, where=repr(self), ambiguous=ambiguous
+        )
 
     def _create_object(self, path: str, data: bytes, what: str) -> bool:
-        """Create `path` holding `data` only if absent; True if this call made it.
-
-        Every caller's `data` is unique to the attempt (a token, a writer id and a time), so
-        an object found with exactly these bytes was made by this call: an earlier try whose
-        reply was lost (botocore, s3fs or this loop retried a PUT that had taken effect and
-        then got 412). 409 conflicts and other transient answers are retried."""
-        backend = self.store.backend
-
-        class _Vanished(Exception):
-            """The object existed, then was deleted before it could be read: try again."""
-
-        def attempt() -> bool:
-            if backend.create(path, data):
-                return True
-            try:
-                existing = backend.read(path)
-            except FileNotFoundError:
-                raise _Vanished() from None
-            return bytes(existing) == data
-
-        return self._with_retry(attempt, what, ambiguous=True)
+        """Create `path` (a full store path) holding `data` only if absent; True if this call
+        made it; an object found holding exactly `data` is this call's own (its bytes are
+        unique to the attempt). See oncelog.coordination.create_if_absent."""
+        return create_if_absent(
+            self.store.backend, path, data, what, timeout=self._retry_timeout, where=repr(self)
+        )
 
     def delete(self, name: str) -> None:
         """Remove the journal: its claims, fragments, then its spec (so an interrupted delete
@@ -570,6 +552,13 @@ class JournalClient:
                 self._indexes[name] = index
             return index
 
+    def loaded_index(self, name: str) -> JournalIndex | None:
+        """This client's fragment index of journal `name` if one is loaded (the one its
+        appender and readers share), else None. Never touches the store: compaction uses
+        it to count uncompacted claims and to let the index take a new record."""
+        with self._lock:
+            return self._indexes.get(name)
+
     def _forget_threads(self) -> None:
         """In a forked child: drop what belongs to the parent's threads. The read-ahead pool's
         threads and the appenders' writer threads do not exist here (an inherited pool would
@@ -734,7 +723,7 @@ class JournalClient:
         """The store's small objects under `<root>/.oncelog/` (checkpoints, transaction
         records, channel terms, ...): put-if-absent, read, list, delete (see
         oncelog.coordination)."""
-        return MetaStore(self)
+        return MetaStore.of(self)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """`client.meta.put_if_absent(path, data)`: see MetaStore."""
@@ -751,14 +740,6 @@ class JournalClient:
     def delete_object(self, path: str) -> None:
         """`client.meta.delete(path)`: see MetaStore."""
         self.meta.delete(path)
-
-    @staticmethod
-    def _check_meta_write(path: str, *, internal: bool = False) -> None:
-        validate_object_path(path)
-        if not internal and path.split("/", 1)[0] in _RESERVED_META:
-            raise InvalidObjectPath(
-                f"object path {path!r} is inside oncelog's own claims/ or journals/ directory"
-            )
 
     # -- life cycle -----------------------------------------------------------------------------
 

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from oncelog.coordination import MetaStore
+from oncelog.coordination import MetaStore, retry_storage
 from oncelog.journal._blocks import BlockSums, block_sums
 from oncelog.journal.errors import (
     CorruptRecord,
@@ -156,7 +156,7 @@ AUTO_MIN_INTERVAL = 5.0
 def _meta(client: JournalClient) -> MetaStore:
     """Where records are created: put-if-absent with a token of their own (their bytes
     carry one), in oncelog's own directory."""
-    return MetaStore(client, internal=True)
+    return MetaStore.of(client, internal=True)
 
 
 def _meta_path(journal: str, name: str) -> str:
@@ -389,9 +389,11 @@ def _compact_once(
             continue
         content = _read_chunk(client, name, chunk)
         fragment, stored, sums = _build(name, chunk[0].begin, content, codec)
-        client._with_retry(
+        retry_storage(
             lambda f=fragment, b=stored: store.write_fragment(f, b),  # type: ignore[misc]
             f"write {fragment}",
+            timeout=client.retry_timeout,
+            where=repr(client),
             ambiguous=True,
         )
         result.fragments_written.append(fragment)
@@ -508,7 +510,7 @@ def _build(
 def _reload_index(client: JournalClient, name: str) -> None:
     """Let this client's index of the journal (shared with its appender) use the newest
     record, so its count of uncompacted claims drops."""
-    index = client._indexes.get(name)
+    index = client.loaded_index(name)
     reload = getattr(index, "reload_records", None)
     if reload is not None:
         try:
@@ -746,12 +748,12 @@ class AutoCompactor:
         while True:
             time.sleep(AUTO_POLL)
             client = self._client()
-            if client is None or client._closed:
+            if client is None or client.closed:
                 return
             with self._lock:
                 watched = dict(self._watched)
             for name, fragment in watched.items():
-                index = client._indexes.get(name)
+                index = client.loaded_index(name)
                 count = getattr(index, "uncompacted", None)
                 if count is None or count() < fragment.compact_after:
                     continue
