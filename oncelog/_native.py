@@ -8,7 +8,7 @@ run each.
 The extension keeps no process-wide configuration: it has a `Decoder` type (made here
 once, with the classes it builds) and a `Kernel` type (one per `Sequencer`, which
 delegates to it). Its UUID layout, flag values and queue outcomes are compiled in; they
-are checked here, at load, against their one definition in oncelog.message and
+are checked here, at load, against their one definition in oncelog.identity and
 oncelog.sequencer (a mismatch is a build bug, not a reason to fall back).
 """
 
@@ -21,18 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from oncelog import message
-from oncelog.message import (
+from oncelog import identity
+from oncelog.identity import (
     _FLAG_VALUES,
     _NIL_FIELDS,
     FLAGS_MASK,
     SEQ_COUNTER_MASK,
     Envelope,
-    JSONLine,
-    JSONMessage,
     build_uuid,
     parse_uuid_fields,
 )
+from oncelog.message import JSONLine, JSONMessage
 
 if TYPE_CHECKING:
     from oncelog._speedups import Decoder, Kernel
@@ -112,19 +111,19 @@ def _load() -> Speedups | None:
 
 
 def _check_layout(module: ModuleType) -> None:
-    """The C constants against oncelog.message's (their one definition)."""
-    expected = {name: getattr(message, name) for name in _LAYOUT_NAMES}
+    """The C constants against oncelog.identity's (their one definition)."""
+    expected = {name: getattr(identity, name) for name in _LAYOUT_NAMES}
     if module.LAYOUT != expected:
         wrong = sorted(k for k in expected if module.LAYOUT.get(k) != expected[k])
         raise ImportError(
             f"oncelog._speedups was built with another UUID layout or flags ({', '.join(wrong)}:"
-            f" {[module.LAYOUT.get(k) for k in wrong]}, oncelog.message has"
+            f" {[module.LAYOUT.get(k) for k in wrong]}, oncelog.identity has"
             f" {[expected[k] for k in wrong]}): rebuild the extension"
         )
 
 
 def _check_uuids(decoder: Decoder) -> None:
-    """The C parser against oncelog.message on UUIDs with every field at its extremes."""
+    """The C parser against oncelog.identity on UUIDs with every field at its extremes."""
     producer = bytes([0x81, 0x02, 0x40, 0x08, 0x10, 0xFF])
     for clock in (1, SEQ_COUNTER_MASK, (1 << 64) - 1, 0x0123456789ABCDEF):
         for flags in (0, 1, 2, FLAGS_MASK):
@@ -132,7 +131,7 @@ def _check_uuids(decoder: Decoder) -> None:
             for t in (text, text.upper()):
                 if decoder.uuid_ids(t) != parse_uuid_fields(text):
                     raise ImportError(
-                        f"oncelog._speedups parses {t} as {decoder.uuid_ids(t)}, oncelog.message"
+                        f"oncelog._speedups parses {t} as {decoder.uuid_ids(t)}, oncelog.identity"
                         f" as {parse_uuid_fields(text)}: rebuild the extension"
                     )
 

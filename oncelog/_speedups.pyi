@@ -3,7 +3,7 @@
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, TypeAlias, final
 
-from oncelog.message import Envelope, Flags
+from oncelog.identity import Envelope, Flags
 
 _Ids: TypeAlias = tuple[bytes, int, Flags | int]
 _StateRow: TypeAlias = tuple[str, bytes, int, int]
@@ -14,7 +14,7 @@ _Warn: TypeAlias = Callable[[Envelope, bytes, int, int, int, int, int], object]
 """warn(env, producer, last_ack, begin, clock, flags, code): code indexes WARNINGS."""
 
 LAYOUT: Final[dict[str, int]]
-"""The UUID layout and flag values compiled in (checked against oncelog.message at load)."""
+"""The UUID layout and flag values compiled in (checked against oncelog.identity at load)."""
 OUTCOMES: Final[tuple[str, ...]]
 """QueueOutcome values, by the outcome numbers Kernel returns."""
 WARNINGS: Final[tuple[str, ...]]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, 
 from oncelog.framing import FrameDecodeError, decode_batches, for_content_type
 from oncelog.framing.base import batch_built, gc_paused
 from oncelog.framing.jsonlines import JSONFraming
-from oncelog.message import Envelope, JSONLine, clock_from_unix_ns, prime_ids
+from oncelog.identity import Envelope, clock_from_unix_ns
+from oncelog.message import JSONLine, prime_ids
 from oncelog.sequencer import ProducerState, Sequencer
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog import _native
 from oncelog.errors import ReplayError, ReplayRequired, SequencerError
-from oncelog.message import (
+from oncelog.identity import (
     ACK_TXN,
     CONTINUE_TXN,
     OUTSIDE_TXN,

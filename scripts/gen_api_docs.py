@@ -24,7 +24,8 @@ API_MD = ROOT / "docs" / "api.md"
 MODULES: tuple[tuple[str, str], ...] = (
     ("oncelog", "the everyday names, re-exported"),
     ("oncelog.errors", "the root of every oncelog error, and fencing"),
-    ("oncelog.message", "message UUIDs, clocks, flags, envelopes, ready message types"),
+    ("oncelog.identity", "message identity: UUID layout, clocks, flags, producer IDs, envelopes"),
+    ("oncelog.message", "ready message types, and every name of oncelog.identity re-exported"),
     ("oncelog.labels", "label sets and Gazette label selectors"),
     ("oncelog.framing", "content types and frame codecs"),
     ("oncelog.journal", "journals, fragments, stores and the journal client"),

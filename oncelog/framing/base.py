@@ -26,7 +26,7 @@ from oncelog.framing.errors import (
     TruncatedFrame,
     UnknownContentType,
 )
-from oncelog.message import Envelope
+from oncelog.identity import Envelope
 
 __all__ = [
     "CONTENT_TYPE_JSON_LINES",

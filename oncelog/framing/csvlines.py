@@ -27,7 +27,8 @@ from oncelog.framing.base import (
     map_until_error,
     snippet,
 )
-from oncelog.message import CSVRecord, Envelope
+from oncelog.identity import Envelope
+from oncelog.message import CSVRecord
 
 __all__ = ["CSVFraming"]
 

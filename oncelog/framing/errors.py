@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.errors import OncelogError
 
 if TYPE_CHECKING:
-    from oncelog.message import Envelope
+    from oncelog.identity import Envelope
 
 __all__ = [
     "FramingError",

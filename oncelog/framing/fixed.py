@@ -26,7 +26,8 @@ from oncelog.framing.base import (
     gc_paused,
     snippet,
 )
-from oncelog.message import NIL_UUID, Envelope, Flags, ProtoMessage
+from oncelog.identity import NIL_UUID, Envelope, Flags
+from oncelog.message import ProtoMessage
 
 __all__ = [
     "MAGIC_WORD",

@@ -25,13 +25,8 @@ from oncelog.framing.base import (
     map_until_error,
     snippet,
 )
-from oncelog.message import (
-    Envelope,
-    JSONLine,
-    JSONMessage,
-    lazy_uuid_text,
-    parse_uuid_fields,
-)
+from oncelog.identity import Envelope, parse_uuid_fields
+from oncelog.message import JSONLine, JSONMessage, lazy_uuid_text
 
 __all__ = ["JSONFraming", "unpack_line"]
 
@@ -235,6 +230,18 @@ class JSONFraming:
                 envelopes=envelopes,
             ) from cause
         return envelopes
+
+
+def _reparse_line(line: JSONLine) -> dict[str, Any]:
+    """The document of a JSONLine whose line turned out not to be a JSON object, decoded
+    again as eager reading decodes it: raises the MalformedFrame that raises, naming the
+    journal and offsets (installed as `JSONLine._reparse`: oncelog.message cannot import
+    this module, which imports it)."""
+    (env,) = JSONFraming(line.uuid_field)._decode_lines(line.line, line.journal, line.begin, None)
+    return env.message.doc  # type: ignore[no-any-return]
+
+
+JSONLine._reparse = _reparse_line
 
 
 def _split_lines(data: bytes) -> list[bytes]:
