@@ -21,7 +21,6 @@ import base64
 import binascii
 import logging
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import crc32c
 import orjson
 
+from oncelog.consumer._paths import display_path
 from oncelog.consumer.errors import (
     CheckpointError,
     ConsumerError,
@@ -37,6 +37,7 @@ from oncelog.consumer.errors import (
     InvalidGroupName,
 )
 from oncelog.coordination import FencedChain
+from oncelog.coordination import new_token as new_token  # unique bytes per write attempt
 from oncelog.framing import FramingError, for_content_type
 from oncelog.journal.errors import InvalidJournalName, JournalNotFound
 from oncelog.journal.names import validate_journal_name
@@ -72,11 +73,6 @@ MAX_GROUP_NAME_LEN = 128
 # (S3 StartAfter) always returns the tombstones too.
 _TOMBSTONE_NAME = re.compile(r"^tombstone-([0-9a-f]{16})\.json$")
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9_+=%-][A-Za-z0-9._+=%-]*$")
-
-
-def new_token() -> str:
-    """A random token making an object's bytes unique to one write attempt."""
-    return secrets.token_hex(16)
 
 
 def state_checksum(state_json: bytes) -> str:
@@ -253,10 +249,6 @@ class Checkpoint:
             raise bad(f"{type(exc).__name__}: {exc}") from None
 
 
-def _display_path(client: "JournalClient", rel: str) -> str:
-    return f"{client.root.rstrip('/')}/.oncelog/{rel}"
-
-
 class _Listing(NamedTuple):
     """One LIST of a checkpoint directory."""
 
@@ -318,7 +310,7 @@ class CheckpointStore:
 
     def path(self, seq: int) -> str:
         """The checkpoint's full path, as named in errors."""
-        return _display_path(self.client, self.relative_path(seq))
+        return display_path(self.client, self.relative_path(seq))
 
     def tombstone_relative_path(self, floor: int) -> str:
         """The path under `<root>/.oncelog/` of the tombstone fencing checkpoints <= `floor`."""
@@ -326,7 +318,7 @@ class CheckpointStore:
 
     def tombstone_path(self, floor: int) -> str:
         """The tombstone's full path, as named in errors."""
-        return _display_path(self.client, self.tombstone_relative_path(floor))
+        return display_path(self.client, self.tombstone_relative_path(floor))
 
     def _list(self, after: int | None = None) -> _Listing:
         """One LIST: the checkpoints numbered above `after` (all if None), and the tombstones."""
@@ -555,7 +547,7 @@ def _group_path(group: str) -> str:
 def read_group_info(client: "JournalClient", group: str) -> GroupInfo | None:
     """The descriptor of `group`, or None if no consumer of it ever started."""
     rel = _group_path(group)
-    where = _display_path(client, rel)
+    where = display_path(client, rel)
     try:
         data = client.read_object(rel)
     except Exception as exc:

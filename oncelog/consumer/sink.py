@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from oncelog.consumer.checkpoint import CheckpointError, ConsumerError, new_token
+from oncelog.consumer.errors import CheckpointError, ConsumerError
 from oncelog.consumer.state import object_seq, state_directory
+from oncelog.coordination import new_token
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient

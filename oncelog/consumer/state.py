@@ -57,13 +57,9 @@ from typing import TYPE_CHECKING, Any
 import crc32c
 import orjson
 
-from oncelog.consumer.checkpoint import (
-    CheckpointError,
-    ConsumerError,
-    _display_path,
-    new_token,
-)
-from oncelog.consumer.errors import StateObjectMissing
+from oncelog.consumer._paths import display_path
+from oncelog.consumer.errors import CheckpointError, ConsumerError, StateObjectMissing
+from oncelog.coordination import new_token
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
@@ -552,7 +548,7 @@ class SQLiteStateEngine:
 
     def object_path(self, name: str) -> str:
         """The full storage path of state object `name`, as named in errors."""
-        return _display_path(self.client, f"{self.directory}/{name}")
+        return display_path(self.client, f"{self.directory}/{name}")
 
     def _read(self, name: str, where: str) -> bytes:
         if object_seq(name) is None:

@@ -46,7 +46,7 @@ from oncelog.labels import LabelSelector
 
 __all__ = ["JournalClient", "open_journals", "DEFAULT_GC_GRACE"]
 
-DEFAULT_GC_GRACE = timedelta(hours=1)
+DEFAULT_GC_GRACE = compaction.DEFAULT_GC_GRACE
 """Unclaimed fragments younger than this are left alone by `gc` (a writer may be about to
 claim them)."""
 

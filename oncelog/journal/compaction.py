@@ -60,7 +60,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from oncelog.coordination import MetaStore, retry_storage
@@ -146,6 +146,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _WINDOW = 256  # objects read together (concurrent GETs on S3)
+
+DEFAULT_GC_GRACE = timedelta(hours=1)
+"""How long `gc` leaves unclaimed fragments, and retirement the history a record made
+redundant: longer than a writer takes between storing a fragment and claiming it (and
+checking its claim), and than a reader holds a claim before reading its fragment."""
 
 AUTO_POLL = 1.0
 """Seconds between the auto-compaction thread's looks at the journals it watches."""
@@ -296,8 +301,6 @@ def _compact_once(
     progress: Callable[[int, int], None] | None,
     retire_grace: float | None,
 ) -> CompactionResult:
-    from oncelog.journal.client import DEFAULT_GC_GRACE
-
     spec = client.get(name)
     store = client.store
     if not dry_run:
