@@ -288,7 +288,14 @@ def test_cli_verify_exit_status_and_output(cli: Cli) -> None:
     doc = orjson.loads(cli.run("journals", "verify", name, "--format", "json", rc=1).stdout)
     assert doc[0]["problems"][0]["fragment"] == fragment.content_name
     assert doc[0]["problems"][0]["begin"] == 100
-    assert "name a journal" in cli.error("journals", "verify", rc=2)
+    # Without a name: every journal of the store (the corrupt one among them).
+    other = new_journal(client)
+    client.append(other, b"fine\n")
+    every = cli.run("journals", "verify", rc=1)
+    assert fragment.content_name in every.stdout.decode()
+    assert "of 2 journals checked, 1 problem" in every.stderr.decode()
+    none = cli.run("journals", "verify", "--selector", "nothing=here", rc=0)
+    assert "no journals match" in none.stderr.decode()
 
 
 def test_cli_gc_dry_run_lists_what_gc_deletes_and_deletes_nothing(cli: Cli) -> None:

@@ -314,15 +314,19 @@ def verify(state: State, names: tuple[str, ...], selector: str | None, fmt: str)
     claimed ones) read whole and checked against the SHA1 in its name and the CRC-32Cs
     recorded for it; missing fragments, unreadable records and claims, and gaps.
 
-    Prints one line per problem (journal, fragment, offsets, what) and exits with status 1
-    if any was found; a summary goes to stderr. Reads every byte of the journals.
+    Without NAME or --selector, every journal of the store is checked. Prints one line per
+    problem (journal, fragment, offsets, what) and exits with status 1 if any was found; a
+    summary goes to stderr. Reads every byte of the journals.
     """
     client = state.client()
     targets = list(dict.fromkeys(names))
-    if selector is not None:
-        targets += [s.name for s in client.list(selector_option(selector)) if s.name not in targets]
+    if selector is not None or not targets:
+        every = client.list(selector_option(selector or ""))
+        targets += [s.name for s in every if s.name not in targets]
     if not targets:
-        raise click.UsageError("name a journal or give --selector")
+        what = f"match {selector!r}" if selector is not None else "exist"
+        notice(f"verify: no journals {what} in {client.root}: nothing to check")
+        return
     reports = []
     with progress("verify", total=None) as bar:
         last = [0, 0]  # bytes of the current journal checked so far, and in all
