@@ -46,7 +46,13 @@ from oncelog.journal.errors import (
     StorageUnavailable,
 )
 from oncelog.journal.fragment import Fragment, cover_set
-from oncelog.journal.records import CompactionRecord, effective, list_records, newest_record
+from oncelog.journal.records import (
+    CompactionRecord,
+    effective,
+    foreign_records,
+    newest_record,
+    records_beyond,
+)
 from oncelog.journal.store import Claim, FragmentStore
 
 __all__ = ["JournalIndex", "ClaimsIndex", "GazetteIndex"]
@@ -225,9 +231,8 @@ class ClaimsIndex(JournalIndex):
         record, first, names = newest_record(self.store, self.journal, self.incarnation)
         # Records listed above the one used are another incarnation's (newest_record skips
         # them): remember them, so they never make this journal's claims look stale.
-        key = record.key if record is not None else (-1, -1)
         with self._cond:
-            self._foreign = frozenset(n.name for n in names if n.key > key)
+            self._foreign = frozenset(foreign_records(record, names))
         return self._set_record(record, first)
 
     def fresh_first(self) -> int:
@@ -243,11 +248,12 @@ class ClaimsIndex(JournalIndex):
         """Whether a record of this journal ends past `offset` (one LIST of the records). A
         claim read at `offset` before this call counts only if it returns False: otherwise
         the claim may be a stale one, made at an offset retirement had freed."""
-        names = list_records(self.store, self.journal)
         with self._cond:
             foreign = self._foreign
+        beyond = records_beyond(self.store, self.journal, offset, foreign)
+        with self._cond:
             self._checked_at = time.monotonic()
-        return any(n.through > offset and n.name not in foreign for n in names)
+        return beyond
 
     def check_own_claim(self, begin: int) -> bool:
         """After this process created the claim at `begin`: True if it counts (no record

@@ -23,6 +23,7 @@ import itertools
 import re
 import time
 import uuid
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,7 +235,9 @@ def foreign_records(record: CompactionRecord | None, names: list[RecordName]) ->
     return {n.name for n in names if n.key > key}
 
 
-def records_beyond(store: FragmentStore, journal: str, offset: int, foreign: set[str]) -> bool:
+def records_beyond(
+    store: FragmentStore, journal: str, offset: int, foreign: AbstractSet[str]
+) -> bool:
     """Whether a record (not in `foreign`) ends past `offset` (one LIST)."""
     return any(
         n.through > offset and n.name not in foreign for n in list_records(store, journal)
