@@ -225,6 +225,53 @@ def test_a_recovery_paused_before_its_write_retries_from_the_real_latest(local):
     assert a.state["words"] == expected_words(local)
 
 
+def test_a_recovery_whose_listing_goes_stale_before_its_read_retries(local, monkeypatch):
+    """A lists the checkpoints (newest: 2) and pauses before reading 2; B commits on and
+    prunes 2. A must list again and recover from B's newest, not fail on "missing"
+    (found by the SIGSTOP campaign below). A newest checkpoint missing with nothing above
+    it is damage and still raises, naming the file."""
+    write_upstream(local, seed=24, transactions=14)
+    first = echo_consumer(local, max_messages=1, keep_checkpoints=2)
+    assert first.run(max_transactions=1) == 1
+    first.close()
+    store = CheckpointStore(local, "echo")
+    assert store.seqs() == [1, 2]
+
+    original = CheckpointStore._list
+    stale: list[int] = []
+
+    def list_then_pause(self, after=None):
+        listing = original(self, after)
+        if not stale:  # the first LIST only: others commit and prune while A is paused
+            stale.append(listing.seqs[-1])
+            b = echo_consumer(local, max_messages=1, keep_checkpoints=1)
+            assert b.run(until_idle=True) >= 3
+            b.close()
+        return listing
+
+    a = echo_consumer(local, max_messages=2, keep_checkpoints=2)
+    monkeypatch.setattr(CheckpointStore, "_list", list_then_pause)
+    recovered = a.recover()
+    b_last = max(s for s in store.seqs() if s != recovered)
+    assert stale == [2] and 2 not in store.seqs()
+    assert recovered == a.checkpoint_seq == b_last + 1
+    assert a.run(until_idle=True) == 0
+    assert committed_echo(local) == expected_echo(local)
+    assert a.state["words"] == expected_words(local)
+
+    # A listing that names a checkpoint no GET finds, with nothing above it: damage.
+    phantom = max(store.seqs()) + 1
+    monkeypatch.setattr(
+        CheckpointStore, "_list",
+        lambda self, after=None: original(self, after)._replace(
+            seqs=[*original(self, after).seqs, phantom]
+        ),
+    )
+    monkeypatch.setattr(CheckpointStore, "superseded", lambda self, seq: None)
+    with pytest.raises(CheckpointError, match=f"{phantom:016x}.json is missing"):
+        echo_consumer(local).recover()
+
+
 def test_recovery_gives_up_after_bounded_attempts_when_always_superseded(local, monkeypatch):
     monkeypatch.setattr(
         CheckpointStore, "superseded", lambda self, seq: f"checkpoint {seq + 1} exists"

@@ -69,6 +69,13 @@ GROUP_FORMAT = "oncelog-group/1"
 TOMBSTONE_FORMAT = "oncelog-tombstone/1"
 MAX_GROUP_NAME_LEN = 128
 
+_LATEST_ATTEMPTS = 5  # newest checkpoints pruned between a LIST and a GET, in a row
+
+
+class CheckpointMissing(CheckpointError):
+    """A listed checkpoint was gone when read (pruned since the LIST, or deleted by hand)."""
+
+
 # "t" sorts after every hex digit, so a LIST that starts after any checkpoint's name
 # (S3 StartAfter) always returns the tombstones too.
 _TOMBSTONE_NAME = re.compile(r"^tombstone-([0-9a-f]{16})\.json$")
@@ -354,7 +361,7 @@ class CheckpointStore:
                 f"cannot read consumer checkpoint {where}: {type(exc).__name__}: {exc}"
             ) from exc
         if data is None:
-            raise CheckpointError(f"consumer checkpoint {where} is missing (listed, then gone)")
+            raise CheckpointMissing(f"consumer checkpoint {where} is missing (listed, then gone)")
         cp = Checkpoint.from_json(data, where)
         if cp.group != self.group or cp.seq != seq or cp.shard != self.shard or (
             cp.shard is not None and cp.shards != self.shards
@@ -375,9 +382,25 @@ class CheckpointStore:
     def latest_and_floor(self, after: int | None = None) -> tuple[Checkpoint | None, int]:
         """`latest(after)` and `floor()` from one LIST. With no checkpoint, the next
         writer numbers its checkpoint floor + 1."""
-        listing = self._list(after)
-        live = [s for s in listing.seqs if s > listing.floor]
-        return (self.load(live[-1]) if live else None), listing.floor
+        for _ in range(_LATEST_ATTEMPTS):
+            listing = self._list(after)
+            live = [s for s in listing.seqs if s > listing.floor]
+            if not live:
+                return None, listing.floor
+            try:
+                return self.load(live[-1]), listing.floor
+            except CheckpointMissing:
+                # Pruned between the LIST and the GET (a paused instance's listing went stale
+                # while others committed on): by I1 something above it exists, so list again.
+                # Missing with nothing above it is damage: say so.
+                if self.superseded(live[-1]) is None:
+                    raise
+        raise CheckpointError(
+            f"consumer group {self.group!r}: its newest checkpoint (in"
+            f" {self.path(0).rsplit('/', 1)[0]}) vanished between listing and reading"
+            f" {_LATEST_ATTEMPTS} times in a row"
+            " (checkpoints are being pruned faster than they can be read)"
+        )
 
     def write(self, cp: Checkpoint, data: bytes | None = None) -> bool:
         """Store `cp` only if its seq is free; False if another instance took it first.
