@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+import oncelog.tables as _tables  # noqa: E402,F401  (registers the segments extension)
 from oncelog.errors import (
     BadMessage,
     EmptyPartitions,

@@ -180,7 +180,11 @@ def read_committed_arrow(
     journal's first MiB, and the documents are parsed in the same pass as their UUIDs; if
     any committed document does not fit those types exactly (another type, a new field),
     the committed documents' text is parsed as a whole instead, its types inferred from
-    all of it."""
+    all of it. Fields the journal's `oncelog.dev/arrow-schema` label declares have the
+    types it gives.
+
+    History sealed by compaction is read from the journal's columnar segments (see
+    oncelog.tables): the same rows, order and offsets, without decoding or parsing."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
@@ -192,7 +196,19 @@ def read_committed_arrow(
         raise ValueError(
             f"parse=True reads JSON documents; journal {journal!r} holds {content_type}"
         )
-    if parse and proto_class is None:
+    if proto_class is None:
+        # Sealed history from the journal's columnar segments, the rest from its frames.
+        from oncelog.tables.merge_on_read import committed_table
+
+        merged = committed_table(client, journal, end=end, parse=parse)
+        if merged is not None:
+            return merged
+    declared = None
+    if parse:
+        from oncelog.tables.segments import declared_schema
+
+        declared = declared_schema(client.get(journal))
+    if parse and proto_class is None and declared is None:
         # One pass: the documents parsed with their UUIDs, into the types their first lines
         # have; should any later one not fit them exactly, read the text and parse that.
         struct = _inferred_struct(client, journal)
@@ -222,7 +238,10 @@ def read_committed_arrow(
     messages = table.column("message").combine_chunks().cast(pa.large_string())
     lines = pa.LargeListArray.from_arrays(pa.array([0, len(messages)], pa.int64()), messages)
     text = pc.binary_join(lines, pa.scalar("\n", pa.large_string()))[0].as_buffer()
-    docs: Any = pajson.read_json(pa.BufferReader(text))
+    options = None
+    if declared is not None:  # the types the journal's label declares (segments use them too)
+        options = pajson.ParseOptions(explicit_schema=declared, unexpected_field_behavior="infer")
+    docs: Any = pajson.read_json(pa.BufferReader(text), parse_options=options)
     for name in docs.column_names:
         if name in meta.column_names:  # the UUID field, or a document field named like one
             docs = docs.drop_columns([name])

@@ -68,7 +68,7 @@ T = TypeVar("T")
 _LINK = re.compile(r"^(?P<prefix>.*?)(?P<n>[0-9a-f]{16})\.json$")
 _LATEST_ATTEMPTS = 5  # links vanishing (pruned) between a LIST and a GET, in a row
 
-RESERVED_DIRS: tuple[str, ...] = ("claims", "journals", "compactions", "revisions")
+RESERVED_DIRS: tuple[str, ...] = ("claims", "journals", "compactions", "revisions", "segments")
 """The top directories of `<root>/.oncelog/` that belong to oncelog's own layers (claims,
 journal specs, compaction records, spec revisions): only a `MetaStore` made with
 `internal=True` writes or deletes there, so a user's object can never be taken for (or

@@ -35,6 +35,7 @@ from oncelog.journal.errors import (
     StorageUnavailable,
     StoreNotFound,
 )
+from oncelog.journal.extensions import extensions
 from oncelog.journal.fragment import Fragment
 from oncelog.journal.index import ClaimsIndex, GazetteIndex, JournalIndex
 from oncelog.journal.names import validate_journal_name
@@ -611,6 +612,8 @@ class JournalClient:
             and f.mod_time <= cutoff
             and f.end > covered
         ]
+        for extension in extensions():  # derived objects (segments) nothing refers to
+            extension.collect(self, name, seconds, dry_run)
         if dry_run:
             return doomed + compaction.retire(self, name, seconds, dry_run=True).fragments
         self.store.delete_fragments(doomed)
@@ -644,13 +647,16 @@ class JournalClient:
         stored are the bytes named. It reads the whole journal: about 1-2 GB/s per core for
         the SHA1, plus the store's read rate. JournalNotFound for an unknown journal."""
         index = self._journal_index(name)  # reads are retried by the store (RetryingReads)
-        return verify_journal(
+        report = verify_journal(
             self.store,
             name,
             gazette=index.gazette,
             incarnation=index.incarnation,
             progress=progress,
         )
+        for extension in extensions():  # what readers read besides fragments (segments)
+            report.problems.extend(extension.verify(self, name))
+        return report
 
     # -- compaction and retention ------------------------------------------------------------
 

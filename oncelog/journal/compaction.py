@@ -71,6 +71,7 @@ from oncelog.journal.errors import (
     JournalError,
     MissingFragment,
 )
+from oncelog.journal.extensions import notify_compaction, notify_trim
 from oncelog.journal.fragment import (
     Codec,
     Fragment,
@@ -435,6 +436,10 @@ def _finish(
     default: float,
 ) -> CompactionResult:
     if not result.dry_run:
+        if result.through > result.start:
+            # Layers deriving data from sealed history (columnar segments) catch up to it;
+            # a rerun after a kill between the record and this finishes their work too.
+            notify_compaction(client, name, result.through)
         grace = default if retire_grace is None else retire_grace
         result.retired = retire(client, name, grace)
     return result
@@ -712,6 +717,7 @@ def trim(
     store.delete_fragments(result.fragments)
     if progress is not None:
         progress(total, total)
+    notify_trim(client, name, point)
     return result
 
 

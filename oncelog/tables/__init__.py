@@ -1,0 +1,73 @@
+"""Journals read as tables: columnar segments of sealed history, merge-on-read, exports.
+
+- `dataset(client, journals)`: the committed messages of journals as a
+  `pyarrow.dataset.Dataset` (segments for compacted history plus the live tail), exactly
+  `read_committed`'s rows, order and offsets.
+- `export_delta(client, journals, table_uri)`: append them to a Delta Lake table, exactly
+  once (see oncelog.tables.delta).
+- Segments (oncelog.tables.segments) are written by compaction, retired by trims and `gc`,
+  and checked by `journals verify`, through the journal layer's extension hooks, which this
+  package registers on import (`import oncelog` imports it). Needs pyarrow (the `arrow`
+  extra) to write or read segments; without it compaction writes none.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from oncelog.journal.extensions import register_extension
+from oncelog.tables.merge_on_read import dataset
+
+if TYPE_CHECKING:
+    from oncelog.journal import JournalClient
+    from oncelog.journal.verify import VerifyProblem
+
+__all__ = ["dataset", "export_delta"]
+
+
+class _Segments:
+    """The journal extension keeping segments in step with compaction, trims and gc."""
+
+    name = "segments"
+
+    def after_compaction(self, client: JournalClient, journal: str, through: int) -> None:
+        if importlib.util.find_spec("pyarrow") is None:
+            return  # segments need pyarrow; readers read the fragments
+        from oncelog.tables.segments import seal
+
+        seal(client, journal, through)
+
+    def after_trim(self, client: JournalClient, journal: str, first: int) -> None:
+        from oncelog.tables.segments import retire_below
+
+        retire_below(client, journal, first)
+
+    def collect(
+        self, client: JournalClient, journal: str, grace: float, dry_run: bool
+    ) -> list[str]:
+        from oncelog.tables.segments import collect
+
+        return collect(client, journal, grace, dry_run)
+
+    def verify(self, client: JournalClient, journal: str) -> list[VerifyProblem]:
+        from oncelog.journal.verify import VerifyProblem
+        from oncelog.tables.segments import iter_problems
+
+        if importlib.util.find_spec("pyarrow") is None:
+            return []
+        return [
+            VerifyProblem(journal, where, begin, end, what)
+            for where, begin, end, what in iter_problems(client, journal)
+        ]
+
+
+register_extension(_Segments())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "export_delta":
+        from oncelog.tables.delta import export_delta
+
+        return export_delta
+    raise AttributeError(f"module 'oncelog.tables' has no attribute {name!r}")

@@ -1,0 +1,179 @@
+"""Merge-on-read: a journal's committed messages from its segments plus its live tail.
+
+A reader starts at the journal's first available offset with no producer states (as
+`read_committed` does) and walks forward: where a segment begins at its position and agrees
+with its states (`SegmentRecord.matches`), it takes the segment's rows; elsewhere (the
+tail after the last segment, a range before the first, a segment that disagrees, or one
+whose file is missing or damaged, with a warning naming it) it reads the journal's frames
+as `read_committed_arrow` always has. Rows, order and offsets are exactly
+`read_committed`'s either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from oncelog.tables.segments import (
+    SegmentError,
+    States,
+    chain,
+    declared_schema,
+    in_commit_order,
+    parse_documents,
+    read_range,
+    read_segment,
+    segment_records,
+    text_decoder,
+    text_schema,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    from oncelog.journal import JournalClient
+
+__all__ = ["committed_table", "dataset"]
+
+log = logging.getLogger(__name__)
+
+
+class SegmentWarning(UserWarning):
+    """A segment could not be used (missing, damaged): its range was read from fragments."""
+
+
+def _parts(
+    client: JournalClient, journal: str, end: int | None
+) -> tuple[list[pa.Table], int, pa.Schema] | None:
+    """The journal's committed rows as tables in commit order (segments' rows, and rows read
+    from fragments), how many came from segments, and the text schema; None when the
+    journal has no segment a reader could use (then read it as before)."""
+    spec = client.get(journal)
+    records, bad = segment_records(client, journal, spec.incarnation or "")
+    for what in bad:
+        warnings.warn(f"{what}; its range is read from the journal", SegmentWarning,
+                      stacklevel=3)
+    if not records:
+        return None
+    stop = client.head(journal) if end is None else end
+    first = client.first_offset(journal)
+    by_begin = chain([r for r in records if first <= r.begin and r.end <= stop])
+    if not by_begin:
+        return None
+    decoder = text_decoder(client, journal, spec.content_type)
+    schema = text_schema(decoder)
+    parts: list[pa.Table] = []
+    used = 0
+    position, states = first, States()
+    while position < stop:
+        rec = by_begin.get(position)
+        if rec is not None and rec.matches(states):
+            try:
+                table = read_segment(client, rec)
+            except SegmentError as exc:
+                warnings.warn(f"{exc}; its range is read from the journal", SegmentWarning,
+                              stacklevel=3)
+            else:
+                parts.append(table)
+                states = rec.advance(states)
+                position = rec.end
+                used += 1
+                continue
+        after = [b for b in by_begin if b > position]
+        upto = min(min(after, default=stop), stop)
+        batches, states = read_range(decoder, position, upto, states)
+        parts.append(in_commit_order(batches, schema))
+        position = upto
+    if not used:
+        return None
+    return parts, used, schema
+
+
+def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],
+               uuid_field: str, declared: pa.Schema | None) -> pa.Table | None:
+    """The documents of every part as one table of columns (types unified across parts: a
+    field new in a later part is null before it), or None if some part's documents cannot
+    be read as columns exactly."""
+    import pyarrow as pa
+
+    tables: list[pa.Table] = []
+    for part in parts:
+        if part.num_rows == 0:
+            continue
+        if "doc" in part.column_names:
+            doc = part.column("doc")
+            struct: pa.StructType = doc.type
+            tables.append(pa.table({
+                struct.field(i).name: pa.chunked_array(
+                    [c.field(i) for c in doc.chunks], struct.field(i).type
+                )
+                for i in range(struct.num_fields)
+            }))
+        else:
+            docs = parse_documents(part.column("message"), declared, [uuid_field, *meta_names])
+            if docs is None:
+                return None
+            tables.append(docs)
+    if not tables:
+        return None
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
+def committed_table(
+    client: JournalClient, journal: str, *, end: int | None = None, parse: bool = False
+) -> pa.Table | None:
+    """`read_committed_arrow(client, journal, end=end, parse=parse)` read through the
+    journal's segments, or None if it has none a reader could use."""
+    import pyarrow as pa
+
+    found = _parts(client, journal, end)
+    if found is None:
+        return None
+    parts, _, schema = found
+    texts = [p.drop_columns(["doc"]) if "doc" in p.column_names else p for p in parts]
+    table = pa.concat_tables([t.cast(schema) for t in texts]) if texts else schema.empty_table()
+    if not parse:
+        return table
+    meta = table.drop_columns(["message"])
+    if table.num_rows == 0:
+        return meta
+    spec = client.get(journal)
+    docs = _documents(parts, journal, meta.column_names, "uuid", declared_schema(spec))
+    if docs is None:
+        # As read_committed_arrow does when one pass cannot type every document: parse the
+        # committed documents' text as a whole.
+        docs = parse_documents(
+            table.column("message"), None, ["uuid", *meta.column_names], strict=True
+        )
+        assert docs is not None  # strict: Arrow's error instead of None
+    for name in docs.column_names:
+        meta = meta.append_column(name, docs.column(name))
+    return meta
+
+
+def dataset(
+    client: JournalClient, journals: str | Sequence[str], *, parse: bool = True
+) -> pads.Dataset:
+    """The committed messages of `journals` as one `pyarrow.dataset.Dataset` (DuckDB,
+    Polars and pandas read it directly): per journal, exactly `read_committed_arrow`'s rows
+    and order, read from its segments for sealed history and its frames for the rest.
+    Journals follow one another in the order given; document columns are unified across
+    them (a field one journal lacks is null there). `parse=False`: the documents' text in a
+    `message` column instead."""
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    from oncelog.arrow import read_committed_arrow
+
+    names = [journals] if isinstance(journals, str) else list(journals)
+    tables = [read_committed_arrow(client, name, parse=parse) for name in names]
+    if not tables:
+        raise ValueError("dataset() needs at least one journal")
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return pads.dataset(table)

@@ -1,0 +1,554 @@
+"""Columnar segments: a journal's sealed history as Parquet, read-committed already.
+
+When compaction seals a journal's history below an offset (its record's `through`), the
+committed messages of what it sealed are written as Parquet **segments**, so bulk readers
+(Arrow, pandas, DuckDB, Spark, the Delta export) read columns instead of decoding,
+sequencing and parsing JSON. A segment covers journal offsets `[begin, end)` and holds
+exactly the rows `read_committed_arrow` gives for that range, in commit order: the
+messages *committed* by a frame in the range (a transaction begun earlier but committed
+here belongs here; one still open at `end` does not), acknowledgements left out.
+
+Layout under `<root>/.oncelog/segments/<journal>/`:
+
+```
+data/<sha1 of the file>.parquet          the rows (zstd, Parquet page checksums)
+<begin:016x>-<end:016x>.json             its record, created put-if-absent, never changed
+```
+
+A record names the file, its CRC-32C and size (checked on every read), the row count, and
+the read-committed state at both ends: `start`, the producer states (last ACK clock,
+pending-span begin) of the producers with frames in the range as the writer had them at
+`begin`, and `final`, every producer's state at `end`. Sequencing a range depends on the
+state before it only through the producers that have frames in it, so a reader whose
+state agrees with `start` on those producers may take the segment's rows instead of
+reading the range, and its state afterwards is its own with those producers' entries taken
+from `final`. A reader whose state disagrees (after a trim, say, it starts afresh at the
+first available offset) reads the range's fragments instead, which brings it back into
+agreement soon after (one acknowledgement per producer). Either way the rows are exactly
+`read_committed`'s, and offsets are those the messages were written at.
+
+Invariants:
+- The record is written last, put-if-absent, after its file: a writer killed at any point
+  leaves at most an unreferenced file (collected by `gc` after its grace) and readers that
+  read fragments; the next compaction (or `seal`) writes what is missing.
+- Racing writers of one range compute the same rows; one record wins, the other's file (if
+  its bytes differ at all) is unreferenced.
+- A segment whose file is missing, short or fails its CRC-32C is never used: readers warn,
+  naming it, and read the fragments; `journals verify` reports it.
+- Segments never change what any reader reports: offsets, rows and order are
+  `read_committed`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import crc32c
+import orjson
+
+from oncelog.coordination import MetaStore, new_token
+from oncelog.errors import OncelogError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from oncelog.journal import JournalClient
+    from oncelog.journal.spec import JournalSpec
+    from oncelog.spark.batches import RangeDecoder
+
+__all__ = [
+    "ARROW_SCHEMA_LABEL",
+    "SEGMENTS_LABEL",
+    "SegmentError",
+    "SegmentRecord",
+    "States",
+    "seal",
+    "segment_records",
+    "read_segment",
+]
+
+log = logging.getLogger(__name__)
+
+SEGMENTS = "segments"
+"""The directory of segments under `<root>/.oncelog/`."""
+
+SEGMENTS_LABEL = "oncelog.dev/segments"
+"""Journal label: `off` stops compaction from writing segments for the journal."""
+
+ARROW_SCHEMA_LABEL = "oncelog.dev/arrow-schema"
+"""Journal label declaring the Arrow types of a JSON-lines journal's document fields, one
+`name=type` value per field (a label may hold several values): `user=string`, `n=int64`.
+Types: `ARROW_TYPES`. Fields it does not name are inferred; a document whose value does
+not fit its declared type keeps its segment's rows as text (never a changed value)."""
+
+ARROW_TYPES: dict[str, str] = {
+    "string": "string", "int64": "int64", "int32": "int32", "double": "double",
+    "float": "float", "bool": "bool", "binary": "binary", "date32": "date32",
+    "timestamp-s": "timestamp[s]", "timestamp-ms": "timestamp[ms]",
+    "timestamp-us": "timestamp[us]",
+}
+"""Type names `ARROW_SCHEMA_LABEL` accepts, and the Arrow types they stand for."""
+
+SEGMENT_TARGET_BYTES = 64 << 20
+"""A sealed range is cut into segments of about this many journal bytes (at fragment
+boundaries), so no segment needs more memory than that to write or read."""
+
+_RECORD_NAME = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{16})\.json$")
+
+_FRAMED = ("application/x-ndjson", "text/csv")
+"""Content types whose journals get segments (protobuf frames need the message class to
+find their UUIDs, which compaction does not have)."""
+
+States = dict[str, tuple[int, int]]
+"""Producer states by producer id (12 hex digits): (last ACK clock, pending begin or -1)."""
+
+
+class SegmentError(OncelogError):
+    """A segment or its record is unusable (missing, corrupt, foreign): readers fall back
+    to the journal's fragments; the message names the journal, the segment and offsets."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRecord:
+    """The record of one segment: journal offsets `[begin, end)`, its file and checksums,
+    and the read-committed states around it (see the module)."""
+
+    journal: str
+    begin: int
+    end: int
+    file: str
+    """Name under `segments/<journal>/data/`: the SHA1 of its bytes, `.parquet`."""
+    crc32c: int
+    size: int
+    rows: int
+    parsed: bool
+    """Whether the rows hold a `doc` struct of the JSON documents' fields."""
+    producers: frozenset[str]
+    """Producers with at least one frame in `[begin, end)`."""
+    start: States
+    """The states of `producers` at `begin` (a producer without one is absent)."""
+    final: States
+    """Every producer's state at `end`."""
+    incarnation: str = ""
+    token: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.begin:016x}-{self.end:016x}.json"
+
+    def describe(self) -> str:
+        return f"segment {self.name} of journal {self.journal!r} (offsets {self.begin}-{self.end})"
+
+    def matches(self, states: States) -> bool:
+        """Whether a reader in `states` at `begin` reads exactly this segment's rows."""
+        return all(states.get(p) == self.start.get(p) for p in self.producers)
+
+    def advance(self, states: States) -> States:
+        """A reader's states after taking this segment's rows in `states`."""
+        out = dict(states)
+        for p in self.producers:
+            if p in self.final:
+                out[p] = self.final[p]
+            else:
+                out.pop(p, None)
+        return out
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({
+            "journal": self.journal, "begin": self.begin, "end": self.end, "file": self.file,
+            "crc32c": self.crc32c, "size": self.size, "rows": self.rows, "parsed": self.parsed,
+            "producers": sorted(self.producers),
+            "start": {p: list(v) for p, v in sorted(self.start.items())},
+            "final": {p: list(v) for p, v in sorted(self.final.items())},
+            "incarnation": self.incarnation, "token": self.token,
+        }, option=orjson.OPT_SORT_KEYS)
+
+    @classmethod
+    def from_bytes(cls, journal: str, name: str, data: bytes) -> SegmentRecord:
+        """Parse a record; SegmentError naming it if it is not one, or not at its place."""
+        try:
+            d = orjson.loads(data)
+            rec = cls(
+                d["journal"], int(d["begin"]), int(d["end"]), str(d["file"]), int(d["crc32c"]),
+                int(d["size"]), int(d["rows"]), bool(d["parsed"]), frozenset(d["producers"]),
+                {p: (int(v[0]), int(v[1])) for p, v in d["start"].items()},
+                {p: (int(v[0]), int(v[1])) for p, v in d["final"].items()},
+                str(d.get("incarnation", "")), str(d.get("token", "")),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise SegmentError(
+                f"segment record {name} of journal {journal!r} is corrupt: {exc}"
+            ) from None
+        if rec.journal != journal or rec.name != name or not rec.begin < rec.end:
+            raise SegmentError(
+                f"segment record {name} of journal {journal!r} names journal {rec.journal!r}"
+                f" offsets {rec.begin}-{rec.end}: not its place"
+            )
+        return rec
+
+
+def _meta(client: JournalClient) -> MetaStore:
+    return MetaStore.of(client, internal=True)
+
+
+def _dir(journal: str) -> str:
+    return f"{SEGMENTS}/{journal}"
+
+
+def record_path(journal: str, name: str) -> str:
+    """A record's path under `<root>/.oncelog/`."""
+    return f"{_dir(journal)}/{name}"
+
+
+def file_path(journal: str, file: str) -> str:
+    """A segment file's path under `<root>/.oncelog/`."""
+    return f"{_dir(journal)}/data/{file}"
+
+
+def enabled(spec: JournalSpec) -> bool:
+    """Whether compaction writes segments for journals of `spec`."""
+    if (spec.labels.value(SEGMENTS_LABEL) or "").lower() in ("off", "false", "no", "0"):
+        return False
+    return spec.content_type.split(";", 1)[0].strip().lower() in _FRAMED
+
+
+def segment_records(
+    client: JournalClient, journal: str, incarnation: str | None = None
+) -> tuple[list[SegmentRecord], list[str]]:
+    """The journal's segment records (of its current incarnation), by `begin` then `end`,
+    and descriptions of the records that could not be read (corrupt ones)."""
+    meta = _meta(client)
+    if incarnation is None:
+        incarnation = client.get(journal).incarnation or ""
+    names = [n for n in meta.list(_dir(journal)) if _RECORD_NAME.match(n)]
+    records: list[SegmentRecord] = []
+    bad: list[str] = []
+    for name in names:
+        data = meta.read(record_path(journal, name))
+        if data is None:
+            continue  # retired since the listing
+        try:
+            rec = SegmentRecord.from_bytes(journal, name, data)
+        except SegmentError as exc:
+            bad.append(str(exc))
+            continue
+        if rec.incarnation == incarnation:
+            records.append(rec)
+    records.sort(key=lambda r: (r.begin, r.end))
+    return records, bad
+
+
+def read_segment(client: JournalClient, rec: SegmentRecord) -> pa.Table:
+    """The rows of segment `rec`, checked against its size and CRC-32C; SegmentError
+    naming the segment if it is missing, damaged or unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = _meta(client).read(file_path(rec.journal, rec.file))
+    if data is None:
+        raise SegmentError(f"{rec.describe()}: its file data/{rec.file} is missing")
+    if len(data) != rec.size or crc32c.crc32c(data) != rec.crc32c:
+        raise SegmentError(
+            f"{rec.describe()}: its file data/{rec.file} is damaged ({len(data)} bytes,"
+            f" CRC-32C {crc32c.crc32c(data):08x}; recorded {rec.size} bytes, {rec.crc32c:08x})"
+        )
+    try:
+        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
+        raise SegmentError(f"{rec.describe()}: unreadable: {exc}") from None
+    if table.num_rows != rec.rows:
+        raise SegmentError(f"{rec.describe()}: {table.num_rows} rows, recorded {rec.rows}")
+    return table
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def text_decoder(client: JournalClient, journal: str, content_type: str) -> RangeDecoder:
+    """The decoder `read_committed_arrow` reads a journal's frames with (message as text)."""
+    import pyarrow as pa
+
+    from oncelog.spark.batches import decoder_for
+    from oncelog.spark.options import ReadOptions
+    from oncelog.spark.schema import message_kind
+
+    kind = message_kind(content_type, None)
+    message_type = pa.string() if kind.spark_type == "string" else pa.binary()
+    options = ReadOptions.parse({"store": "-", "journals": journal})
+    return decoder_for(client, options, journal, content_type, message_type, threads=True)
+
+
+def text_schema(decoder: RangeDecoder) -> pa.Schema:
+    from oncelog.spark.schema import source_arrow_schema
+
+    return source_arrow_schema(decoder.message_type)
+
+
+def read_range(
+    decoder: RangeDecoder, begin: int, end: int, states: States
+) -> tuple[list[pa.RecordBatch], States]:
+    """The committed rows of `[begin, end)` for a reader in `states` at `begin` (batches in
+    offset order; sort by (commit_offset, begin) for commit order), and its states at `end`.
+    Transactions open at `begin` are replayed from the journal when they commit."""
+    from oncelog.sequencer import ProducerState, Sequencer
+    from oncelog.spark.read import sequential_batches
+
+    journal = decoder.journal
+    seq = Sequencer(
+        {journal: begin},
+        [ProducerState(journal, bytes.fromhex(p), a, b) for p, (a, b) in states.items()],
+    )
+    batches = list(sequential_batches(decoder, begin, end, text_schema(decoder), seq))
+    _, after = seq.checkpoint()
+    return batches, {
+        s.producer.hex(): (s.last_ack, s.begin) for s in after if s.journal == journal
+    }
+
+
+def in_commit_order(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """The batches as one table sorted by (commit_offset, begin)."""
+    from oncelog.arrow import _table
+
+    return _table(list(batches), schema)
+
+
+def producers_in(decoder: RangeDecoder, begin: int, end: int) -> frozenset[str]:
+    """Producers with a frame in `[begin, end)` (nil UUIDs included, as 12 zeros)."""
+    seen: set[str] = set()
+    for producers, _, _, _ in decoder.ids(begin, end):
+        seen.update(producers)
+    return frozenset(seen)
+
+
+def declared_schema(spec: JournalSpec) -> pa.Schema | None:
+    """The Arrow schema the journal's `ARROW_SCHEMA_LABEL` declares for its documents, if
+    any; ValueError naming the journal, the label and the value if it cannot be parsed."""
+    import pyarrow as pa
+
+    values = spec.labels.values(ARROW_SCHEMA_LABEL)
+    if not values:
+        return None
+    fields = []
+    for value in values:
+        name, _, kind = value.partition("=")
+        if not name or kind not in ARROW_TYPES:
+            raise ValueError(
+                f"journal {spec.name!r}: label {ARROW_SCHEMA_LABEL} value {value!r} is not"
+                f" `field=type` with a type among {', '.join(ARROW_TYPES)}"
+            )
+        fields.append(pa.field(name, pa.type_for_alias(ARROW_TYPES[kind])))
+    return pa.schema(fields)
+
+
+def parse_documents(messages: pa.ChunkedArray | pa.Array, schema: pa.Schema | None,
+                    exclude: Iterable[str], *, strict: bool = False) -> pa.Table | None:
+    """The JSON documents `messages` hold as columns (the fields named in `exclude` left
+    out), typed by `schema` where it names the field, inferred elsewhere;
+    None if they cannot be read that way exactly (a value of another type, a non-object).
+    `strict`: Arrow's error is raised instead, and the result is never None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pajson
+
+    if len(messages) == 0:
+        return None
+    if isinstance(messages, pa.ChunkedArray):
+        messages = messages.combine_chunks()
+    text_array = messages.cast(pa.large_string())
+    lines = pa.LargeListArray.from_arrays(pa.array([0, len(text_array)], pa.int64()), text_array)
+    text = pc.binary_join(lines, pa.scalar("\n", pa.large_string()))[0].as_buffer()
+    parse = None
+    if schema is not None:
+        parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
+    try:
+        docs: pa.Table = pajson.read_json(pa.BufferReader(text), parse_options=parse)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if strict:
+            raise
+        return None
+    excluded = set(exclude)
+    docs = docs.drop_columns([n for n in docs.column_names if n in excluded])
+    if strict:
+        return docs
+    if docs.num_rows != len(messages) or not docs.column_names:
+        return None
+    return docs
+
+
+def _cut_points(client: JournalClient, journal: str, begin: int, end: int,
+                target: int) -> list[int]:
+    """Ends of the segments `[begin, end)` is cut into: fragment boundaries about `target`
+    bytes apart (fragments hold whole frames)."""
+    cuts: list[int] = []
+    last = begin
+    for frag in client.fragments(journal):
+        if frag.end <= begin or frag.end > end:
+            continue
+        if frag.end - last >= target:
+            cuts.append(frag.end)
+            last = frag.end
+    if not cuts or cuts[-1] != end:
+        cuts.append(end)
+    return cuts
+
+
+def seal(
+    client: JournalClient, journal: str, through: int, *, target_bytes: int = SEGMENT_TARGET_BYTES
+) -> list[SegmentRecord]:
+    """Write the segments `journal` lacks below `through` (from the end of its last segment,
+    or from its first available offset), each record put-if-absent after its file; returns
+    the records written (or found written by a racing writer). Does nothing for journals
+    without segments (see `enabled`)."""
+    spec = client.get(journal)
+    if not enabled(spec):
+        return []
+    incarnation = spec.incarnation or ""
+    records, _ = segment_records(client, journal, incarnation)
+    first = client.first_offset(journal)
+    last = max(records, key=lambda r: r.end, default=None)
+    if last is not None and last.end >= first:
+        begin, states = last.end, dict(last.final)
+    else:
+        begin, states = first, {}
+    if begin >= through:
+        return []
+    schema = declared_schema(spec)
+    decoder = text_decoder(client, journal, spec.content_type)
+    written: list[SegmentRecord] = []
+    for end in _cut_points(client, journal, begin, through, target_bytes):
+        rec = _seal_one(client, journal, decoder, begin, end, states, schema, incarnation)
+        written.append(rec)
+        begin, states = end, dict(rec.final)
+    return written
+
+
+def _seal_one(
+    client: JournalClient,
+    journal: str,
+    decoder: RangeDecoder,
+    begin: int,
+    end: int,
+    states: States,
+    doc_schema: pa.Schema | None,
+    incarnation: str,
+) -> SegmentRecord:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    batches, final = read_range(decoder, begin, end, states)
+    table = in_commit_order(batches, text_schema(decoder))
+    producers = producers_in(decoder, begin, end)
+    parsed = False
+    if decoder.kind.content_type == "application/x-ndjson" and table.num_rows:
+        docs = parse_documents(table.column("message"), doc_schema,
+                               [decoder.uuid_field, *table.column_names])
+        if docs is not None:
+            doc = pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in docs.columns], names=docs.column_names
+            )
+            table = table.append_column("doc", doc)
+            parsed = True
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", write_page_checksum=True,
+                   row_group_size=1 << 20)
+    data = sink.getvalue().to_pybytes()
+    file = hashlib.sha1(data).hexdigest() + ".parquet"
+    meta = _meta(client)
+    meta.write(file_path(journal, file), data)
+    rec = SegmentRecord(
+        journal, begin, end, file, crc32c.crc32c(data), len(data), table.num_rows, parsed,
+        producers, {p: states[p] for p in producers if p in states}, final, incarnation,
+        new_token(),
+    )
+    if not meta.put_if_absent(record_path(journal, rec.name), rec.to_bytes()):
+        theirs = meta.read(record_path(journal, rec.name))
+        if theirs is not None:  # a racing writer's record of the same range: the same rows
+            return SegmentRecord.from_bytes(journal, rec.name, theirs)
+    return rec
+
+
+# -- maintenance -----------------------------------------------------------------------------
+
+
+def retire_below(client: JournalClient, journal: str, first: int) -> list[str]:
+    """Delete the records (not files: `collect` does, after its grace) of segments ending at
+    or before `first`: no reader starting at the first available offset uses them."""
+    meta = _meta(client)
+    records, _ = segment_records(client, journal)
+    doomed = [r for r in records if r.end <= first]
+    for rec in doomed:
+        meta.delete(record_path(journal, rec.name))
+    return [r.name for r in doomed]
+
+
+def collect(
+    client: JournalClient, journal: str, grace: float, dry_run: bool
+) -> list[str]:
+    """Segment files no record names, older than `grace` seconds (a killed or losing
+    writer's), deleted unless `dry_run`; returns their paths under `.oncelog/`. Records of
+    a deleted journal's earlier incarnation go too."""
+    import time
+
+    store = client.store
+    meta = _meta(client)
+    spec = client.get(journal)
+    incarnation = spec.incarnation or ""
+    names = [n for n in meta.list(_dir(journal)) if _RECORD_NAME.match(n)]
+    referenced: set[str] = set()
+    foreign: list[str] = []
+    for name in names:
+        data = meta.read(record_path(journal, name))
+        if data is None:
+            continue
+        try:
+            rec = SegmentRecord.from_bytes(journal, name, data)
+        except SegmentError:
+            continue  # reported by verify; never deleted here
+        if rec.incarnation == incarnation:
+            referenced.add(rec.file)
+        else:
+            foreign.append(record_path(journal, name))
+    cutoff = time.time() - grace
+    try:
+        listed = store.backend.list_dir(store.meta_path(f"{_dir(journal)}/data"))
+    except FileNotFoundError:
+        listed = []
+    doomed = [
+        file_path(journal, o.name) for o in listed
+        if o.name.endswith(".parquet") and o.name not in referenced and o.mtime <= cutoff
+    ]
+    if not dry_run:
+        for path in foreign + doomed:
+            meta.delete(path)
+    return foreign + doomed
+
+
+def chain(records: Sequence[SegmentRecord]) -> dict[int, SegmentRecord]:
+    """The record to use at each `begin`: the one reaching furthest."""
+    out: dict[int, SegmentRecord] = {}
+    for rec in records:
+        if rec.begin not in out or rec.end > out[rec.begin].end:
+            out[rec.begin] = rec
+    return out
+
+
+def iter_problems(client: JournalClient, journal: str) -> Iterator[tuple[str, int, int, str]]:
+    """(segment, begin, end, what) for each segment record or file a reader could use that
+    is unreadable, missing or damaged."""
+    records, bad = segment_records(client, journal)
+    for what in bad:
+        yield ("segment record", 0, 0, what)
+    first = client.first_offset(journal)
+    for rec in chain(records).values():
+        if rec.end <= first:
+            continue
+        try:
+            read_segment(client, rec)
+        except SegmentError as exc:
+            yield (f"segment {rec.name}", rec.begin, rec.end, str(exc))
+
