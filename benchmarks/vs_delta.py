@@ -14,6 +14,12 @@ repetition (which goes first alternates). Delta writes use idempotent app transa
   defaults (`read_committed`), against `DeltaTable(...).to_pyarrow_table().to_pylist()`.
 - Arrow read: `oncelog.arrow.read_committed_arrow(parse=True)` against
   `DeltaTable(...).to_pyarrow_table()`.
+- compacted journal (columnar segments): the ingested journal compacted (`compact`, which
+  writes its Parquet segments; timed against compacting the frames journal with segments
+  turned off, `oncelog.dev/segments=off`), then read as Arrow (`read_committed_arrow(
+  parse=True)`), as dicts through Arrow (`.to_pylist()`) and as pandas (`.to_pandas()`, when pandas is installed),
+  against Delta's `to_pyarrow_table()`, `.to_pylist()` and `to_pandas()`. Segment bytes
+  are printed beside the JSON bytes they hold.
 - 4 writers: 4 processes write N/4 events each, in transactions of 10k, to one journal /
   one Delta table (Delta retries its conflicting commits); oncelog with `publish_uncommitted`
   calls, then (against the same Delta figure) with `publish_many`.
@@ -33,6 +39,7 @@ Delta's as a ratio (above 1: oncelog faster / cheaper).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing as mp
 import os
 import queue
@@ -222,6 +229,62 @@ def oncelog_read_arrow(root: str) -> tuple[Cost, int]:
     return cost, cost.units
 
 
+def oncelog_compact(root: str, segments: bool) -> Cost:
+    """Compact the journal (`segments=False`: with its segments label off)."""
+    import dataclasses
+
+    cost = Cost()
+    with open_journals(root) as client:
+        if not segments:
+            spec = client.get(JOURNAL)
+            client.update(dataclasses.replace(
+                spec, labels=spec.labels.set("oncelog.dev/segments", "off")))
+        result = cost.add(lambda: client.compact(JOURNAL, retire_grace=0))
+        assert result.changed
+    return cost
+
+
+def segment_bytes(root: str) -> tuple[int, int]:
+    """(bytes of the journal's segment files, bytes of JSON they hold)."""
+    from oncelog.tables.segments import segment_records
+
+    with open_journals(root) as client:
+        records, _ = segment_records(client, JOURNAL)
+        return sum(r.size for r in records), sum(r.end - r.begin for r in records)
+
+
+def oncelog_read_arrow_as(root: str, how: str) -> tuple[Cost, int]:
+    """read_committed_arrow(parse=True) then `how`: "arrow", "pylist" or "pandas"."""
+    from oncelog.arrow import read_committed_arrow
+
+    cost = Cost()
+
+    def read() -> int:
+        with open_journals(root) as client:
+            table = read_committed_arrow(client, JOURNAL, parse=True)
+        if how == "pylist":
+            return len(table.to_pylist())
+        if how == "pandas":
+            return len(table.to_pandas())
+        return int(table.num_rows)
+
+    cost.units = cost.add(read)
+    return cost, cost.units
+
+
+def delta_read_as(path: str, how: str) -> tuple[Cost, int]:
+    cost = Cost()
+
+    def read() -> int:
+        if how == "pandas":
+            return len(DeltaTable(path).to_pandas())
+        table = DeltaTable(path).to_pyarrow_table()
+        return len(table.to_pylist()) if how == "pylist" else int(table.num_rows)
+
+    cost.units = cost.add(read)
+    return cost, cost.units
+
+
 # -- Delta Lake -------------------------------------------------------------------------------
 
 
@@ -341,6 +404,7 @@ def main(argv: list[str] | None = None) -> None:
           f"load {os.getloadavg()[0]:.2f}")
 
     results: dict[str, tuple[Series, Series]] = {}
+    sizes: list[tuple[int, int]] = []
 
     def pair(label: str) -> tuple[Series, Series]:
         return results.setdefault(label, (Series(), Series()))
@@ -399,6 +463,26 @@ def main(argv: list[str] | None = None) -> None:
                  lambda: oncelog_read_arrow(at("onc-publish")),
                  lambda: delta_read_arrow(at("delta-ingest")))
 
+            # The same journals compacted: with segments, and (the frames journal, same
+            # events) without, as the baseline of what segments add to compaction.
+            seg = Cost(units=total)
+            seg.add(lambda: oncelog_compact(at("onc-publish"), True))
+            plain = Cost(units=total)
+            plain.add(lambda: oncelog_compact(at("onc-frames"), False))
+            pair("compaction with segments")[0].runs.append(seg)
+            pair("compaction with segments")[1].runs.append(plain)
+            sizes.append(segment_bytes(at("onc-publish")))
+            read("compacted: Arrow read",
+                 lambda: oncelog_read_arrow_as(at("onc-publish"), "arrow"),
+                 lambda: delta_read_as(at("delta-ingest"), "arrow"))
+            read("compacted: dicts through Arrow",
+                 lambda: oncelog_read_arrow_as(at("onc-publish"), "pylist"),
+                 lambda: delta_read_as(at("delta-ingest"), "pylist"))
+            if importlib.util.find_spec("pandas") is not None:  # not a dependency
+                read("compacted: pandas",
+                     lambda: oncelog_read_arrow_as(at("onc-publish"), "pandas"),
+                     lambda: delta_read_as(at("delta-ingest"), "pandas"))
+
             both("4 writer processes",
                  lambda: writers("oncelog", at("onc-writers"), total),
                  lambda: writers("delta", at("delta-writers"), total))
@@ -433,6 +517,11 @@ def main(argv: list[str] | None = None) -> None:
         d_rate, d_cpu = d.median()
         print(f"{label:38} {o_rate:11,.0f} {d_rate:11,.0f} {o_rate / d_rate:6.2f}x"
               f"   {o_cpu:14.2f} {d_cpu:12.2f} {d_cpu / o_cpu:6.2f}x")
+    if sizes:
+        seg_bytes, json_bytes = sizes[-1]
+        print(f"segments: {seg_bytes:,} bytes for {json_bytes:,} journal bytes "
+              f"({seg_bytes / json_bytes:.2f}x); 'compaction with segments' compares "
+              "compacting with segments (oncelog column) and without (delta column)")
     print(f"(rates: medians of wall time; CPU: median microseconds per event or transaction, "
           f"ratio = Delta CPU / oncelog CPU; above 1 = oncelog ahead; load "
           f"{os.getloadavg()[0]:.2f})")

@@ -46,11 +46,12 @@ class SegmentWarning(UserWarning):
 
 
 def _parts(
-    client: JournalClient, journal: str, end: int | None
+    client: JournalClient, journal: str, end: int | None, skip_text: bool = False
 ) -> tuple[list[pa.Table], int, pa.Schema] | None:
     """The journal's committed rows as tables in commit order (segments' rows, and rows read
     from fragments), how many came from segments, and the text schema; None when the
-    journal has no segment a reader could use (then read it as before)."""
+    journal has no segment a reader could use (then read it as before). `skip_text`:
+    segments holding documents as columns are read without their `message` text."""
     spec = client.get(journal)
     records, bad = segment_records(client, journal, spec.incarnation or "")
     for what in bad:
@@ -72,7 +73,7 @@ def _parts(
         rec = by_begin.get(position)
         if rec is not None and rec.matches(states):
             try:
-                table = read_segment(client, rec)
+                table = read_segment(client, rec, skip_text=skip_text and rec.parsed)
             except SegmentError as exc:
                 warnings.warn(f"{exc}; its range is read from the journal", SegmentWarning,
                               stacklevel=3)
@@ -132,26 +133,38 @@ def committed_table(
     journal's segments, or None if it has none a reader could use."""
     import pyarrow as pa
 
-    found = _parts(client, journal, end)
+    spec = client.get(journal)
+    declared = declared_schema(spec) if parse else None
+    found = _parts(client, journal, end, skip_text=parse)
     if found is None:
         return None
     parts, _, schema = found
+    if parse:
+        meta_schema = pa.schema([f for f in schema if f.name != "message"])
+        metas = [p.drop_columns([c for c in ("message", "doc") if c in p.column_names])
+                 for p in parts]
+        meta = pa.concat_tables([m.cast(meta_schema) for m in metas])
+        if meta.num_rows == 0:
+            return meta
+        docs = _documents(parts, journal, meta.column_names, "uuid", declared)
+        if docs is not None:
+            for name in docs.column_names:
+                meta = meta.append_column(name, docs.column(name))
+            return meta
+        found = _parts(client, journal, end)  # the documents' text, to parse as a whole
+        assert found is not None
+        parts = found[0]
     texts = [p.drop_columns(["doc"]) if "doc" in p.column_names else p for p in parts]
     table = pa.concat_tables([t.cast(schema) for t in texts]) if texts else schema.empty_table()
     if not parse:
         return table
     meta = table.drop_columns(["message"])
-    if table.num_rows == 0:
-        return meta
-    spec = client.get(journal)
-    docs = _documents(parts, journal, meta.column_names, "uuid", declared_schema(spec))
-    if docs is None:
-        # As read_committed_arrow does when one pass cannot type every document: parse the
-        # committed documents' text as a whole.
-        docs = parse_documents(
-            table.column("message"), None, ["uuid", *meta.column_names], strict=True
-        )
-        assert docs is not None  # strict: Arrow's error instead of None
+    # As read_committed_arrow does when one pass cannot type every document: parse the
+    # committed documents' text as a whole.
+    docs = parse_documents(
+        table.column("message"), declared, ["uuid", *meta.column_names], strict=True
+    )
+    assert docs is not None  # strict: Arrow's error instead of None
     for name in docs.column_names:
         meta = meta.append_column(name, docs.column(name))
     return meta

@@ -243,9 +243,11 @@ def segment_records(
     return records, bad
 
 
-def read_segment(client: JournalClient, rec: SegmentRecord) -> pa.Table:
+def read_segment(client: JournalClient, rec: SegmentRecord, *, skip_text: bool = False
+                 ) -> pa.Table:
     """The rows of segment `rec`, checked against its size and CRC-32C; SegmentError
-    naming the segment if it is missing, damaged or unreadable."""
+    naming the segment if it is missing, damaged or unreadable. `skip_text`: without the
+    `message` column (the documents' text; their fields are in `doc`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -258,7 +260,11 @@ def read_segment(client: JournalClient, rec: SegmentRecord) -> pa.Table:
             f" CRC-32C {crc32c.crc32c(data):08x}; recorded {rec.size} bytes, {rec.crc32c:08x})"
         )
     try:
-        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+        source = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        names = source.schema_arrow.names
+        table = source.read(
+            columns=[n for n in names if n != "message"] if skip_text else None
+        )
     except (pa.ArrowException, OSError) as exc:
         raise SegmentError(f"{rec.describe()}: unreadable: {exc}") from None
     if table.num_rows != rec.rows:
