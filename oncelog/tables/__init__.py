@@ -3,8 +3,6 @@
 - `dataset(client, journals)`: the committed messages of journals as a
   `pyarrow.dataset.Dataset` (segments for compacted history plus the live tail), exactly
   `read_committed`'s rows, order and offsets.
-- `export_delta(client, journals, table_uri)`: append them to a Delta Lake table, exactly
-  once (see oncelog.tables.delta).
 - Segments (oncelog.tables.segments) are written by compaction, retired by trims and `gc`,
   and checked by `journals verify`, through the journal layer's extension hooks, which this
   package registers on import (`import oncelog` imports it). Needs pyarrow (the `arrow`
@@ -14,16 +12,17 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.journal.extensions import register_extension
 from oncelog.tables.merge_on_read import dataset
+from oncelog.tables.segments import ARROW_SCHEMA_LABEL, SEGMENTS_LABEL
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
     from oncelog.journal.verify import VerifyProblem
 
-__all__ = ["dataset", "export_delta"]
+__all__ = ["ARROW_SCHEMA_LABEL", "SEGMENTS_LABEL", "dataset"]
 
 
 class _Segments:
@@ -64,10 +63,3 @@ class _Segments:
 
 register_extension(_Segments())
 
-
-def __getattr__(name: str) -> Any:
-    if name == "export_delta":
-        from oncelog.tables.delta import export_delta
-
-        return export_delta
-    raise AttributeError(f"module 'oncelog.tables' has no attribute {name!r}")
