@@ -24,7 +24,8 @@ records made *after* reading it shows none ending past X; otherwise the index re
 records again and goes on from their `through`. A refresh therefore costs one LIST of the
 journal's records beside its claim probes, and an index never takes a stale claim (or a
 claim that follows one) for the head, nor a missing claim at a retired offset for "nothing
-new" (see `ClaimsIndex.refresh` and `Persister`, which checks its own new claims the same way).
+new" (see `ClaimsIndex.refresh`, and `oncelog.journal._claim.Claimer`, which checks a
+writer's own new claims the same way).
 
 Gazette mode (`GazetteIndex`, no spec: a Gazette broker's fragment store): fragment objects
 define the journal. Every refresh lists them all and keeps Gazette's cover set (the longest
@@ -259,7 +260,7 @@ class ClaimsIndex(JournalIndex):
         """After this process created the claim at `begin`: True if it counts (no record
         ends past `begin`); otherwise read the records again and return False. The caller
         then finds out whether a compaction covered its claim after it was made or the
-        offset had been retired before (see Persister)."""
+        offset had been retired before (see oncelog.journal._claim.Claimer)."""
         if not self.records_beyond(begin):
             return True
         with self._refresh_lock:

@@ -11,7 +11,7 @@ changed. Readers use the record with the largest (through, start) and take as th
 journal's first offset the largest `start` of any record. Claims below the newest record's
 `through` never count (oncelog.journal.index says why and how that is checked); a
 compaction's claims object names the claims it consumed, by writer token, so that a writer
-can tell "my claim was compacted" from "my claim was stale" (oncelog.journal._persister).
+can tell "my claim was compacted" from "my claim was stale" (oncelog.journal._claim).
 
 This module holds the record format and how records are listed and read; making them
 (compaction, retirement, trims) is oncelog.journal.compaction.
