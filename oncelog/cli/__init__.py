@@ -4,7 +4,15 @@
 for click's test runner. See docs/cli.md.
 """
 
-from oncelog.cli import append, groups, journals, read, serve, txns  # noqa: F401  (register them)
+from oncelog.cli import (  # noqa: F401  (register them)
+    append,
+    export,
+    groups,
+    journals,
+    read,
+    serve,
+    txns,
+)
 from oncelog.cli.app import cli, main
 
 __all__ = ["cli", "main"]

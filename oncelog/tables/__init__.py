@@ -3,6 +3,8 @@
 - `dataset(client, journals)`: the committed messages of journals as a
   `pyarrow.dataset.Dataset` (segments for compacted history plus the live tail), exactly
   `read_committed`'s rows, order and offsets.
+- `export_delta(client, journals, table_uri)`: append them to a Delta Lake table, exactly
+  once, progress kept as Delta application transactions (oncelog.tables.delta).
 - Segments (oncelog.tables.segments) are written by compaction, retired by trims and `gc`,
   and checked by `journals verify`, through the journal layer's extension hooks, which this
   package registers on import (`import oncelog` imports it). Needs pyarrow (the `arrow`
@@ -15,14 +17,22 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from oncelog.journal.extensions import register_extension
-from oncelog.tables.merge_on_read import dataset
+from oncelog.tables.delta import ExportResult, export_delta
+from oncelog.tables.merge_on_read import SegmentWarning, dataset
 from oncelog.tables.segments import ARROW_SCHEMA_LABEL, SEGMENTS_LABEL
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
     from oncelog.journal.verify import VerifyProblem
 
-__all__ = ["ARROW_SCHEMA_LABEL", "SEGMENTS_LABEL", "dataset"]
+__all__ = [
+    "ARROW_SCHEMA_LABEL",
+    "SEGMENTS_LABEL",
+    "ExportResult",
+    "SegmentWarning",
+    "dataset",
+    "export_delta",
+]
 
 
 class _Segments:
