@@ -28,8 +28,7 @@ from oncelog.journal.compaction import retire
 from oncelog.message import JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
-from oncelog.tables import dataset, merge_on_read
-from oncelog.tables.merge_on_read import SegmentWarning
+from oncelog.tables import SegmentWarning, dataset, merge_on_read
 from oncelog.tables.segments import (
     ARROW_SCHEMA_LABEL,
     SEGMENTS_LABEL,

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from oncelog.journal.extensions import register_extension
 from oncelog.tables.delta import ExportResult, export_delta
-from oncelog.tables.merge_on_read import SegmentWarning, dataset
+from oncelog.tables.errors import ExportError, SegmentError, SegmentWarning, TablesError
+from oncelog.tables.merge_on_read import dataset
 from oncelog.tables.segments import ARROW_SCHEMA_LABEL, SEGMENTS_LABEL
 
 if TYPE_CHECKING:
@@ -28,8 +29,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ARROW_SCHEMA_LABEL",
     "SEGMENTS_LABEL",
+    "ExportError",
     "ExportResult",
+    "SegmentError",
     "SegmentWarning",
+    "TablesError",
     "dataset",
     "export_delta",
 ]

@@ -24,21 +24,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from oncelog.errors import OncelogError
+from oncelog.tables.errors import ExportError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from oncelog.journal import JournalClient
 
-__all__ = ["ExportError", "ExportResult", "export_delta"]
+__all__ = ["ExportResult", "export_delta"]
 
 _ATTEMPTS = 5
 """A step whose commit lost a race is retried from the version read again, this many times."""
 
-
-class ExportError(OncelogError):
-    """An export step failed with its outcome known: nothing of it is in the table."""
 
 
 @dataclass(slots=True)

@@ -16,8 +16,8 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from oncelog.tables.errors import SegmentError, SegmentWarning
 from oncelog.tables.segments import (
-    SegmentError,
     States,
     chain,
     declared_schema,
@@ -40,9 +40,6 @@ __all__ = ["committed_table", "dataset"]
 
 log = logging.getLogger(__name__)
 
-
-class SegmentWarning(UserWarning):
-    """A segment could not be used (missing, damaged): its range was read from fragments."""
 
 
 def _parts(

@@ -52,7 +52,7 @@ import crc32c
 import orjson
 
 from oncelog.coordination import MetaStore, new_token
-from oncelog.errors import OncelogError
+from oncelog.tables.errors import SegmentError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ARROW_SCHEMA_LABEL",
     "SEGMENTS_LABEL",
-    "SegmentError",
     "SegmentRecord",
     "States",
     "seal",
@@ -107,10 +106,6 @@ find their UUIDs, which compaction does not have)."""
 States = dict[str, tuple[int, int]]
 """Producer states by producer id (12 hex digits): (last ACK clock, pending begin or -1)."""
 
-
-class SegmentError(OncelogError):
-    """A segment or its record is unusable (missing, corrupt, foreign): readers fall back
-    to the journal's fragments; the message names the journal, the segment and offsets."""
 
 
 @dataclass(frozen=True, slots=True)
