@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +32,13 @@ from oncelog.message import (
     build_uuid,
     new_producer_id,
     uuid_text,
+)
+from oncelog.producer_transaction import (
+    Keepalive,
+    ProducerTransaction,
+    TxnState,
+    keepalive_seconds,
+    rollback_clock,
 )
 
 if TYPE_CHECKING:
@@ -103,7 +109,18 @@ def start_intents(
 
 @dataclass(slots=True)
 class _Pending:
-    """What a transaction wrote to one journal: its first clock and an ACK template."""
+    """What a transaction wrote to one journal: an ACK template, and the journal's
+    `ProducerTransaction` (clocks and state; guarded by the publisher's `_txn_lock`)."""
+
+    ack: Message
+    framing: Framing
+    txn: ProducerTransaction
+
+
+@dataclass(slots=True)
+class _Template:
+    """An ACK template for a journal we ever wrote uncommitted, and the clock of our first
+    message there: what a rollback re-asserts where we never acknowledged."""
 
     ack: Message
     framing: Framing
@@ -113,33 +130,6 @@ class _Pending:
 def _fixed_route(route: tuple[str, str]) -> Mapping:
     """A mapping sending every message to one journal."""
     return lambda _msg: route
-
-
-class _Keepalive:
-    """Expires a transaction that published nothing for `seconds`: one thread per
-    transaction, ended by `close()` or by the expiry (a bounded wait, no polling)."""
-
-    def __init__(self, seconds: float, expire: Callable[[], None]) -> None:
-        self.seconds = seconds
-        self.last = time.monotonic()
-        self._expire = expire
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="oncelog-keepalive", daemon=True)
-        self._thread.start()
-
-    def touch(self) -> None:
-        self.last = time.monotonic()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(max(0.0, self.last + self.seconds - time.monotonic())):
-            if time.monotonic() >= self.last + self.seconds:
-                self._expire()
-                return
 
 
 class Publisher:
@@ -177,6 +167,7 @@ class Publisher:
         self._auto_clock = clock is None
         self.clock = Clock() if clock is None else clock
         self.producer_id = new_producer_id()
+        # Per journal written uncommitted in the open transaction: its ProducerTransaction.
         self._pending: dict[str, _Pending] = {}
         # Per journal, the clock a read-committed reader last saw acknowledged from us:
         # a rollback re-asserts it.
@@ -187,7 +178,7 @@ class Publisher:
         self._in_transaction = False
         # Guards the open transaction against its keepalive expiring it meanwhile.
         self._txn_lock = threading.RLock()
-        self._keepalive: _Keepalive | None = None
+        self._keepalive: Keepalive | None = None
         self._expired: str | None = None
         self._broken: str | None = None  # a commit whose outcome is unknown: start anew
         self._fenced: str | None = None
@@ -196,7 +187,7 @@ class Publisher:
         self.transactional_id = transactional_id
         self._log: TransactionalLog | None = None
         self._seq = 0
-        self._templates: dict[str, _Pending] = {}
+        self._templates: dict[str, _Template] = {}
         if transactional_id is not None:
             from oncelog.transactions import TransactionalLog
 
@@ -235,13 +226,33 @@ class Publisher:
             journal, framing, clock, append = self._publish(
                 mapping, msg, _CONTINUE_TXN, before
             )
-            if journal not in self._pending:
-                pending = _Pending(msg.new_acknowledgement(journal), framing, clock)
-                self._pending[journal] = pending
-                self._templates.setdefault(journal, pending)
+            pending = self._pending.get(journal)
+            if pending is None:
+                self._open_journal(journal, framing, msg, clock, clock)
+            else:
+                pending.txn.note(clock)
             if self._keepalive is not None:
                 self._keepalive.touch()
             return append
+
+    def _open_journal(
+        self, journal: str, framing: Framing, msg: Message, first: int, last: int
+    ) -> None:
+        """Our first uncommitted messages in `journal` in this transaction (clocks `first`
+        ..`last`) open its ProducerTransaction (caller holds _txn_lock)."""
+        txn = ProducerTransaction(
+            self.producer_id,
+            self.clock,
+            realtime=False,  # the clock is ours to drive: no clock of now is forced in
+            acked=self._acked.get(journal),
+            label=f"the transaction of producer {self.producer_id.hex()} in journal "
+            f"{journal!r}",
+        )
+        txn.note(first, last)
+        ack = msg.new_acknowledgement(journal)
+        self._pending[journal] = _Pending(ack, framing, txn)
+        if journal not in self._templates:
+            self._templates[journal] = _Template(ack, framing, first)
 
     def _before_uncommitted(self, journal: str, framing: Framing, msg: Message) -> None:
         """With a transactional id, name a journal in our records before its first
@@ -252,7 +263,7 @@ class Publisher:
         # sequencer starts us at exactly this clock, and the rollback ACK re-asserts it
         # (an ACK below where a reader started a producer would be logged as an error).
         reserved = self.clock.tick()
-        self._templates[journal] = _Pending(
+        self._templates[journal] = _Template(
             msg.new_acknowledgement(journal), framing, reserved + 1
         )
         try:
@@ -398,10 +409,12 @@ class Publisher:
                 with self._lock:
                     if last > self._acked.get(journal, 0):
                         self._acked[journal] = last
-            elif journal not in self._pending:
-                pending = _Pending(template.new_acknowledgement(journal), framing, first)
-                self._pending[journal] = pending
-                self._templates.setdefault(journal, pending)
+            else:
+                pending = self._pending.get(journal)
+                if pending is None:
+                    self._open_journal(journal, framing, template, first, last)
+                else:
+                    pending.txn.note(first, last)
             appends.append(append)
         return appends
 
@@ -549,15 +562,17 @@ class Publisher:
     def _build_intents(self, *, rollback: bool) -> list[AckIntent]:
         intents = []
         for journal, pending in self._pending.items():
+            txn = pending.txn
             if rollback:
-                # Equal to the reader's last-ACK clock for us in this journal (or to
-                # the clock just before our first message there): an ACK_ROLLBACK.
-                clock = self._acked.get(journal, pending.first_clock - 1)
+                ack = txn.rollback_uuid()
+                assert ack is not None  # a pending journal has messages
+                txn.finish(TxnState.ROLLED_BACK)
             else:
-                clock = self.clock.tick()
+                ack = txn.commit_uuid()
+                txn.finish(TxnState.COMMITTED)
                 with self._lock:
-                    self._acked[journal] = clock
-            pending.ack.set_uuid(build_uuid(self.producer_id, clock, Flags.ACK_TXN))
+                    self._acked[journal] = txn.ack_clock
+            pending.ack.set_uuid(ack)
             intents.append(AckIntent(journal, pending.framing.marshal(pending.ack)))
         self._pending.clear()
         return intents
@@ -592,13 +607,13 @@ class Publisher:
                 f"acknowledge journals {sorted(self._pending)} first"
             )
         self._check_usable()
-        seconds = keepalive.total_seconds() if isinstance(keepalive, timedelta) else keepalive
+        seconds = keepalive_seconds(keepalive)
         if seconds is not None and not seconds > 0:
             raise ValueError(f"keepalive must be a positive duration, not {keepalive!r}")
         self._in_transaction = True
         self._expired = None
         if seconds is not None:
-            self._keepalive = _Keepalive(seconds, lambda: self._expire(seconds))
+            self._keepalive = Keepalive(seconds, lambda: self._expire(seconds))
         try:
             try:
                 yield self
@@ -619,6 +634,9 @@ class Publisher:
             self._in_transaction = False
 
     def _stop_keepalive(self) -> None:
+        """Stop the keepalive timer without waiting for its thread: it may be blocked in
+        `_expire` on `_txn_lock`, held by our caller; `_expire` then finds no keepalive and
+        returns."""
         keepalive, self._keepalive = self._keepalive, None
         if keepalive is not None:
             keepalive.close()
@@ -834,7 +852,7 @@ class Publisher:
         discards whatever we publish there after this point unless a later ACK commits it."""
         out = []
         for journal, template in self._templates.items():
-            clock = self._acked.get(journal, template.first_clock - 1)
+            clock = rollback_clock(template.first_clock, self._acked.get(journal))
             template.ack.set_uuid(build_uuid(self.producer_id, clock, Flags.ACK_TXN))
             out.append(AckIntent(journal, template.framing.marshal(template.ack)))
         return out

@@ -38,7 +38,13 @@ from typing import Any, NoReturn, Self
 import grpc
 
 from oncelog._retry import retry
-from oncelog.message import ACK_TXN, CONTINUE_TXN, OUTSIDE_TXN, Clock, build_uuid, new_producer_id
+from oncelog.message import OUTSIDE_TXN, Clock, build_uuid, new_producer_id
+from oncelog.producer_transaction import (
+    ProducerTransaction,
+    TxnState,
+    keepalive_ms,
+    keepalive_seconds,
+)
 from oncelog.streaming import streaming_pb2 as pb
 from oncelog.streaming import streaming_pb2_grpc as pb_grpc
 from oncelog.streaming.errors import RETRIABLE, Code, StreamingError
@@ -621,25 +627,39 @@ class Txn:
 
     A transaction may be shared by threads: its UUIDs (one producer, clocks growing) are
     stamped and queued on its stream under one lock, so they reach the node in clock order
-    (the node refuses a clock below one it has seen)."""
+    (the node refuses a clock below one it has seen). They are issued by its
+    `ProducerTransaction` (`oncelog.producer_transaction`), which also refuses an `append`
+    or `commit` once the transaction was committed or rolled back, with TransactionError."""
 
     def __init__(self, client: StreamingClient, channel: str, vchannel: str,
                  keepalive: float | None) -> None:
         self.channel = channel
         self.vchannel = vchannel
         self._client = client
-        self._producer = new_producer_id()
-        self._clock = Clock()
-        self._first_clock = 0  # of the first message sent
+        # Its UUIDs, clocks and state; guarded by `_lock`.
+        self._txn = ProducerTransaction(producer=new_producer_id(),
+                                        label=f"a transaction on {channel!r}")
         # Held from stamping a request's UUIDs until it is queued on the stream: clocks
         # leave in the order they were stamped, whatever thread appends or commits.
         self._lock = threading.Lock()
         self._stream = _Stream(client, client._owner_address(channel), channel,
                                self._answered, self._broken)
-        ms = 0 if keepalive is None else max(1, int(keepalive * 1000))
-        result = self._request(_Req("begin_txn", extra={"vchannel": vchannel,
-                                                         "keepalive_ms": ms}))
+        result = self._request(_Req("begin_txn", extra={
+            "vchannel": vchannel, "keepalive_ms": keepalive_ms(keepalive)}))
         self.txn_id = result.txn_id
+        self._txn.label = f"transaction {self.txn_id} on {channel!r}"
+
+    @property
+    def _producer(self) -> bytes:
+        """The producer ID of the transaction's UUIDs."""
+        producer = self._txn.producer
+        assert producer is not None  # given at construction
+        return producer
+
+    @property
+    def _first_clock(self) -> int:
+        """The clock of the first message sent (0 before)."""
+        return self._txn.first_clock
 
     @staticmethod
     def _answered(req: _Req, got: pb.ProduceMessageResult | StreamingError) -> None:
@@ -700,9 +720,14 @@ class Txn:
                      first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY)
 
     def _roll_back_elsewhere(self, why: StreamingError) -> None:
-        if self._first_clock:
-            ack = str(build_uuid(self._producer, self._first_clock - 1, ACK_TXN))
-            self._orphan("rollback_txn", ack, why)
+        """Roll the transaction back through the channel's new owner (its rollback ACK;
+        nothing if no message was sent)."""
+        with self._lock:
+            rollback = self._txn.rollback_uuid()
+        if rollback is not None:
+            self._orphan("rollback_txn", str(rollback), why)
+        with self._lock:
+            self._txn.finish(TxnState.ROLLED_BACK)
 
     def append(self, msg: Payload, *, properties: dict[str, str] | None = None) -> MessageID:
         """Append one message to the transaction; returns where it landed once durable."""
@@ -714,10 +739,9 @@ class Txn:
         req = _Req("produce", messages, txn_id=self.txn_id)
         try:
             with self._lock:
-                self._clock.update()
-                for m in messages:
-                    m.uuid = str(build_uuid(self._producer, self._clock.tick(), CONTINUE_TXN))
-                    self._first_clock = self._first_clock or self._clock.value
+                # Built through this module's build_uuid: tests hook the moment of stamping.
+                for m, u in zip(messages, self._txn.continue_uuids(len(messages), build_uuid)):
+                    m.uuid = str(u)
                 self._stream.send(req)
             result = req.future.result()
         except StreamingError as exc:
@@ -735,28 +759,35 @@ class Txn:
         try:
             try:
                 with self._lock:
-                    self._clock.update()
-                    ack = str(build_uuid(self._producer, self._clock.tick(), ACK_TXN))
+                    ack = str(self._txn.commit_uuid())  # TransactionError once finished
                     req = _Req("commit_txn", txn_id=self.txn_id, extra={"ack_uuid": ack})
                     self._stream.send(req)
                 result = req.future.result()
             except StreamingError as exc:
-                if not _node_lost(exc) or not self._first_clock:
+                if not _node_lost(exc) or not self._txn.written:
                     raise
                 result = self._orphan("commit_txn", ack, exc)
+            with self._lock:
+                self._txn.finish(TxnState.COMMITTED)
             return int(result.time_tick)
         finally:
             self._stream.close()
 
     def rollback(self) -> None:
-        """Discard the transaction's messages."""
+        """Discard the transaction's messages. TransactionError once it was committed."""
         try:
+            with self._lock:
+                if self._txn.state is TxnState.COMMITTED:
+                    self._txn.finish(TxnState.ROLLED_BACK)  # raises, naming it
             try:
                 self._request(_Req("rollback_txn", txn_id=self.txn_id))
             except StreamingError as exc:
                 if not _node_lost(exc):
                     raise
                 self._roll_back_elsewhere(exc)
+            else:
+                with self._lock:
+                    self._txn.finish(TxnState.ROLLED_BACK)
         finally:
             self._stream.close()
 
@@ -771,7 +802,7 @@ class Txn:
     ) -> None:
         if exc_type is None:
             self.commit()
-        else:
+        elif self._txn.state is TxnState.OPEN:  # else committed or rolled back already
             try:
                 self.rollback()
             except StreamingError:
@@ -1083,8 +1114,7 @@ class StreamingClient:
 
     def txn(self, channel: str, vchannel: str, keepalive: float | timedelta | None = None) -> Txn:
         """Open a transaction on one vchannel of `channel`."""
-        seconds = keepalive.total_seconds() if isinstance(keepalive, timedelta) else keepalive
-        return Txn(self, channel, vchannel, seconds)
+        return Txn(self, channel, vchannel, keepalive_seconds(keepalive))
 
     def broadcast(self, channels: Sequence[str], msg: Payload, *,
                   vchannel: str = "") -> list[MessageID]:

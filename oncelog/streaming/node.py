@@ -44,6 +44,7 @@ from oncelog.message import (
     new_producer_id,
     parse_uuid_fields,
 )
+from oncelog.producer_transaction import Keepalive, ProducerTransaction, TxnState
 from oncelog.streaming import meta
 from oncelog.streaming import streaming_pb2 as pb
 from oncelog.streaming import streaming_pb2_grpc as pb_grpc
@@ -204,21 +205,22 @@ class _Channel:
 # -- produce streams ------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class _Txn:
-    """An open transaction of a Produce stream."""
+    """A transaction of a Produce stream. Its producer, clocks, state and keepalive are the
+    rules of `pt` (its producer is the client's, from its UUIDs, or a new one of ours);
+    `lock` guards `pt` and `stamped_by_client`."""
 
     txn_id: int
     vchannel: str
-    keepalive: float
-    producer: bytes | None = None  # the producer of its messages (client's or ours)
+    keepalive: float  # seconds
+    pt: ProducerTransaction = field(default_factory=ProducerTransaction)
     stamped_by_client: bool | None = None
-    first_clock: int = 0
-    last_clock: int = 0
-    clock: Clock = field(default_factory=Clock)
-    state: str = "open"  # open, committed, rolled back, expired
-    timer: threading.Timer | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def state(self) -> TxnState:
+        return self.pt.state
 
 
 @dataclass
@@ -294,7 +296,7 @@ class _ProducerStream:
         finally:
             for txn in list(self.txns.values()):
                 if closed or not txn.stamped_by_client:
-                    self._rollback(txn, "rolled back")
+                    self._rollback(txn, TxnState.ROLLED_BACK)
             self.pending.put(None)
 
     def _handle(self, kind: str | None, req: pb.ProduceRequest) -> _Pending:
@@ -482,12 +484,10 @@ class _ProducerStream:
         time_tick: int,
         *,
         stamp: int | None = None,
-        producer: bytes | None = None,
-        clock: Clock | None = None,
         txn_id: int = 0,
     ) -> _Pending:
-        """Append `lines` (or, with `stamp`, messages stamped with our producer under the
-        journal's append order) as one append; the pending answer waits for it."""
+        """Append `lines` (or, with `stamp`, messages stamped with the stream's own producer
+        under the journal's append order) as one append; the pending answer waits for it."""
         aa: AsyncAppend = self.node.client.start_append(self.channel.name)
         sizes = []
         try:
@@ -495,12 +495,12 @@ class _ProducerStream:
                 data = b"".join(lines)
                 sizes = [len(line) for line in lines]
             else:
-                clock = clock or self.clock
+                clock = self.clock
                 clock.update()
                 parts = []
                 for msg in lines:
                     time_tick = clock.tick()
-                    text = str(build_uuid(producer or self.own_producer, time_tick, stamp))
+                    text = str(build_uuid(self.own_producer, time_tick, stamp))
                     parts.append(encode_message(msg, text))
                 data = b"".join(parts)
                 sizes = [len(p) for p in parts]
@@ -517,10 +517,12 @@ class _ProducerStream:
     def _begin(self, request_id: int, body: pb.BeginTxnRequest) -> _Pending:
         default_keepalive = self.node.config.txn_keepalive
         keepalive = body.keepalive_ms / 1000 if body.keepalive_ms else default_keepalive
-        txn = _Txn(self.next_txn, body.vchannel, keepalive)
+        label = f"transaction {self.next_txn} on {self.channel.name!r}"
+        txn = _Txn(self.next_txn, body.vchannel, keepalive, ProducerTransaction(label=label))
         self.next_txn += 1
         self.txns[txn.txn_id] = txn
-        self._arm(txn)
+        # Its timer rolls it back once it sends nothing for `keepalive` (see _expire).
+        txn.pt.keepalive = Keepalive(keepalive, lambda: self._expire(txn))
         answer = pb.ProduceResponse(
             produce=pb.ProduceMessageResponse(
                 request_id=request_id, result=pb.ProduceMessageResult(txn_id=txn.txn_id)
@@ -528,27 +530,21 @@ class _ProducerStream:
         )
         return _Pending(request_id, answer=answer)
 
-    def _arm(self, txn: _Txn) -> None:
-        if txn.timer is not None:
-            txn.timer.cancel()
-        txn.timer = threading.Timer(txn.keepalive, self._expire, args=(txn,))
-        txn.timer.daemon = True
-        txn.timer.start()
-
     def _expire(self, txn: _Txn) -> None:
-        self._rollback(txn, "expired")
+        """The keepalive ran out (its timer thread): roll back, unless finished meanwhile."""
+        self._rollback(txn, TxnState.EXPIRED)
 
     def _open_txn(self, txn_id: int) -> _Txn:
         txn = self.txns.get(txn_id)
         if txn is None:
             raise StreamingError(Code.INVALID_ARGUMENT, f"no transaction {txn_id} on this stream")
-        if txn.state == "expired":
+        if txn.state is TxnState.EXPIRED:
             raise StreamingError(
                 Code.TRANSACTION_EXPIRED,
                 f"transaction {txn_id} sent nothing for its keepalive of {txn.keepalive:g} s "
                 "and was rolled back",
             )
-        if txn.state != "open":
+        if txn.state is not TxnState.OPEN:
             raise StreamingError(Code.IGNORED_OPERATION, f"transaction {txn_id} is {txn.state}")
         return txn
 
@@ -572,56 +568,53 @@ class _ProducerStream:
                     "either every message of a transaction has a UUID or none",
                 )
             txn.stamped_by_client = by_client
-            if txn.producer is None and not by_client:
-                txn.producer = new_producer_id()
+            pt = txn.pt
             msgs = [pb.Message(payload=m.payload, properties=m.properties,
                                vchannel=txn.vchannel, uuid=m.uuid) for m in body.messages]
             if by_client:
-                first = txn.producer is None
-                lines, producer, last = [], txn.producer, txn.last_clock
+                # Every UUID is checked before any is noted: a refused request leaves the
+                # transaction's producer and clocks as they were.
+                new_producer = pt.producer is None
+                lines, producer, first, last = [], pt.producer, 0, pt.last_clock
                 for msg in msgs:
                     producer, last = self._client_uuid(msg.uuid, CONTINUE_TXN, producer, last)
-                    txn.first_clock = txn.first_clock or last
+                    first = first or last
                     lines.append(encode_message(msg, msg.uuid))
-                txn.producer, txn.last_clock = producer, last
-                if first and producer is not None:
+                pt.note(first, last, producer)
+                if new_producer and producer is not None:
                     self.node.remember_txn(self.channel.name, producer, txn)
-                pending = self._append(request_id, lines, last, txn_id=txn.txn_id)
             else:
-                pending = self._append(
-                    request_id, msgs, 0, stamp=CONTINUE_TXN, producer=txn.producer,
-                    clock=txn.clock, txn_id=txn.txn_id,
-                )
-                txn.first_clock = txn.first_clock or pending.time_tick - len(msgs) + 1
-                txn.last_clock = pending.time_tick
-            self._arm(txn)
+                uuids = pt.continue_uuids(len(msgs))
+                lines = [encode_message(m, str(u)) for m, u in zip(msgs, uuids)]
+            pending = self._append(request_id, lines, pt.last_clock, txn_id=txn.txn_id)
+            pt.touch()
             return pending
 
     def _commit(self, request_id: int, body: pb.CommitTxnRequest) -> _Pending:
         txn = self._open_txn(body.txn_id)
         with txn.lock:
             txn = self._open_txn(body.txn_id)
-            if txn.timer is not None:
-                txn.timer.cancel()
-            if txn.producer is None:  # nothing written: nothing to commit
-                txn.state = "committed"
+            pt = txn.pt
+            pt.stop_keepalive()
+            if not pt.written:  # nothing written: nothing to commit
+                pt.finish(TxnState.COMMITTED)
                 return self._result(request_id, txn.txn_id)
             if body.ack_uuid:
-                _, ack_clock = self._client_uuid(body.ack_uuid, ACK_TXN, txn.producer,
-                                                 txn.last_clock - 1)
+                # The client's ACK: its clock must not be below the last message's.
+                _, ack_clock = self._client_uuid(body.ack_uuid, ACK_TXN, pt.producer,
+                                                 pt.last_clock - 1)
                 ack_text = body.ack_uuid
             else:
-                txn.clock.update()
-                ack_clock = max(txn.clock.tick(), txn.last_clock)
-                ack_text = str(build_uuid(txn.producer, ack_clock, ACK_TXN))
+                ack_text = str(pt.commit_uuid())
+                ack_clock = pt.ack_clock
             # Fencing: the ACK commits the transaction, so it is appended only by the owner.
             if not self.channel.confirm():
-                self._rollback_locked(txn, "rolled back")
+                self._rollback_locked(txn, TxnState.ROLLED_BACK)
                 raise StreamingError(Code.CHANNEL_FENCED, self.channel.fenced or "fenced")
             pending = self._append(request_id, [orjson.dumps({"uuid": ack_text}) + b"\n"],
                                    ack_clock, txn_id=txn.txn_id)
             pending.sizes = [[]]  # the ACK is not a message of the answer
-            txn.state = "committed"
+            pt.finish(TxnState.COMMITTED)
             return pending
 
     def _orphan_ack(self, request_id: int, body: Any, *, commit: bool) -> _Pending:
@@ -657,11 +650,9 @@ class _ProducerStream:
             pending.sizes = [[]]
             return pending
         with txn.lock:
-            if txn.state == "open":
-                if txn.timer is not None:
-                    txn.timer.cancel()
-                txn.state = "committed" if commit else "rolled back"
-            elif commit and txn.state in ("rolled back", "expired"):
+            if txn.state is TxnState.OPEN:
+                txn.pt.finish(TxnState.COMMITTED if commit else TxnState.ROLLED_BACK)
+            elif commit and txn.state in (TxnState.ROLLED_BACK, TxnState.EXPIRED):
                 raise StreamingError(
                     Code.TRANSACTION_EXPIRED,
                     f"transaction {txn.txn_id} on {self.channel.name!r} was {txn.state} on "
@@ -682,23 +673,23 @@ class _ProducerStream:
 
     def _rollback_request(self, request_id: int, body: pb.RollbackTxnRequest) -> _Pending:
         txn = self._open_txn(body.txn_id)
-        self._rollback(txn, "rolled back")
+        self._rollback(txn, TxnState.ROLLED_BACK)
         return self._result(request_id, txn.txn_id)
 
-    def _rollback(self, txn: _Txn, state: str) -> None:
+    def _rollback(self, txn: _Txn, state: TxnState) -> None:
         with txn.lock:
-            if txn.state == "open":
+            if txn.state is TxnState.OPEN:
                 self._rollback_locked(txn, state)
 
-    def _rollback_locked(self, txn: _Txn, state: str) -> None:
-        """Append an ACK re-asserting the clock just below the transaction's first message:
-        readers discard its messages (Gazette's rollback)."""
-        if txn.timer is not None:
-            txn.timer.cancel()
-        txn.state = state
-        if txn.producer is None or self.channel.fenced is not None:
+    def _rollback_locked(self, txn: _Txn, state: TxnState) -> None:
+        """Finish the transaction as `state` (rolled back or expired) and append its
+        rollback ACK (`ProducerTransaction.rollback_uuid`: the clock just below its first
+        message): readers discard its messages (Gazette's rollback). Caller holds the lock."""
+        txn.pt.finish(state)
+        rollback = txn.pt.rollback_uuid()
+        if rollback is None or self.channel.fenced is not None:
             return
-        ack = str(build_uuid(txn.producer, txn.first_clock - 1, ACK_TXN))
+        ack = str(rollback)
         try:
             # The client may finish a transaction it stamps on the channel's next owner
             # (an orphan commit): a node that lost the channel must not roll it back.
