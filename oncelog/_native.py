@@ -7,9 +7,14 @@ run each.
 
 The extension keeps no process-wide configuration: it has a `Decoder` type (made here
 once, with the classes it builds) and a `Kernel` type (one per `Sequencer`, which
-delegates to it). Its UUID layout, flag values and queue outcomes are compiled in; they
-are checked here, at load, against their one definition in oncelog.identity and
-oncelog.sequencer (a mismatch is a build bug, not a reason to fall back).
+delegates to it; bound in `oncelog.sequencing.native`, which checks the kernel's queue
+outcomes against the Python kernel's). Its UUID layout and flag values are compiled in;
+they are checked here, at load, against their one definition in oncelog.identity (a
+mismatch is a build bug, not a reason to fall back).
+
+This module sits below framing (which decodes with it): of oncelog it imports only
+identity and the message types. `speedups` is the one switch between the C and the
+pure-Python paths.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from oncelog.identity import (
 from oncelog.message import JSONLine, JSONMessage
 
 if TYPE_CHECKING:
-    from oncelog._speedups import Decoder, Kernel
+    from oncelog._speedups import Decoder
 
 __all__ = ["PURE_ENV", "Speedups", "speedups"]
 
@@ -59,12 +64,11 @@ _LAYOUT_NAMES = (
 class Speedups:
     """The loaded extension: its module, and the decoder made for this process's classes.
 
-    `decode_json_lines` and `uuid_ids` are the decoder's own (C) methods; `Kernel` is the
-    sequencing kernel type (`oncelog.sequencer.Sequencer` makes one per instance).
+    `decode_json_lines` and `uuid_ids` are the decoder's own (C) methods. The module's
+    sequencing kernel type, `module.Kernel`, is bound in `oncelog.sequencing.native`.
     """
 
     __slots__ = (
-        "Kernel",
         "decode_json_lazy",
         "decode_json_lines",
         "decoder",
@@ -77,7 +81,6 @@ class Speedups:
     def __init__(self, module: ModuleType, decoder: Decoder) -> None:
         self.module = module
         self.decoder = decoder
-        self.Kernel: type[Kernel] = module.Kernel
         self.decode_json_lines: Callable[
             [bytes, int, str, str, int], tuple[list[Envelope], int]
         ] = decoder.decode_json_lines

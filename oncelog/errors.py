@@ -21,7 +21,10 @@ keeps the standard-library base it had, so existing `except ValueError` /
 - `FencedOut`: a newer instance of the same identity took over (consumers, publishers)
 - `EmptyPartitions`, `MissingContentType`: mappings (`oncelog.mapping`)
 - `SelectorError`: label selectors (`oncelog.labels`)
-- `OptionError`, `SchemaError`, `Diverged`: the Spark data source (`oncelog.spark.errors`)
+- `OptionError`, `SchemaError`: the Spark data source (`oncelog.spark.errors`)
+- `Diverged`, `NotBulk`: the split planner (`oncelog.sequencing.errors`)
+- `TablesError`, `SegmentError`, `SegmentWarning`, `ExportError`: columnar segments and
+  exports (`oncelog.tables.errors`)
 - `StreamingError`: answers of a streaming node (`oncelog.streaming.errors`)
 - `ExactlyOnceViolation`, `ConsumerCrash`, `ChildTimeout`: the test kit
   (`oncelog.testing.errors`)

@@ -14,7 +14,7 @@ all deliver the same envelopes (by identity) and take the same checkpoints, with
 fixed ring (Gazette's), a ring growing within a budget so small that it is soon
 refused (both growth and replays past the budget are met), and one growing without
 bound, which never replays more than the fixed ring. The
-Spark planner (`oncelog.spark.plan`: facts, resolution, `SplitCommitter`) decides
+split planner (`oncelog.sequencing.plan`: facts, resolution, `SplitCommitter`) decides
 through the same rules: over random splits its commits equal the kernel's, and the
 producer states it resolves at each split boundary equal the kernel's checkpoint
 there.
@@ -36,7 +36,7 @@ from oncelog.journal import JournalSpec, open_journals
 from oncelog.message import Envelope, Flags
 from oncelog.reading import read_uncommitted
 from oncelog.sequencer import ProducerState, QueueOutcome, Sequencer, SequencingKernel
-from oncelog.spark.plan import (
+from oncelog.sequencing.plan import (
     Diverged,
     SplitCommitter,
     commit_split,

@@ -13,8 +13,8 @@ Batch reads are read-committed (exactly `read_committed`'s messages) and paralle
 within large journals; streams resume exactly once from their checkpoints; writes
 become visible only when Spark commits the job or micro-batch. See docs/spark.md.
 
-PySpark is imported only by the data source itself: `oncelog.spark.plan` (the split
-plan) works without it.
+PySpark is imported only by the data source itself: the split plan it runs
+(`oncelog.sequencing.plan`, re-exported as `oncelog.spark.plan`) works without it.
 """
 
 from __future__ import annotations

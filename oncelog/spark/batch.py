@@ -3,7 +3,7 @@
 Planning (on the driver) lists the journals and cuts each at fragment boundaries
 into splits of about `split_bytes`. A journal of one split is read by one task
 applying the commit rules from its start (`journal_batches`). A larger one gets the
-two-phase plan of `oncelog.spark.plan`: the driver gathers each split's facts (in
+two-phase plan of `oncelog.sequencing.plan`: the driver gathers each split's facts (in
 threads: fetching and JSON parsing overlap, UUIDs are parsed by Arrow kernels),
 resolves them, and every split becomes a task that filters its own messages.
 Reading uncommitted needs no plan.
@@ -20,9 +20,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from oncelog.framing import set_gc_pausing
 from oncelog.journal import JournalClient, JournalSpec
+from oncelog.sequencing.plan import JournalPlan, Split, SplitPlan, plan_splits, resolve
 from oncelog.spark.batches import decoder_for, new_message_factory
 from oncelog.spark.options import ReadOptions
-from oncelog.spark.plan import JournalPlan, Split, SplitPlan, plan_splits, resolve
 from oncelog.spark.read import journal_batches, split_batches, split_facts, uncommitted_batches
 from oncelog.spark.schema import arrow_schema, check_schema
 

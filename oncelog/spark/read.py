@@ -3,14 +3,14 @@
 Three ways, all yielding `pyarrow.RecordBatch`es of the source's schema:
 
 - `uncommitted_batches`: every message, with its UUID flags;
-- `split_batches`: phase 2 of the split plan (`oncelog.spark.plan`) for one split;
+- `split_batches`: phase 2 of the split plan (`oncelog.sequencing.plan`) for one split;
 - `journal_batches`: a whole journal in one task, by the plan's commit rules (a
   Sequencer takes over where those could differ from it);
 - `sequential_batches`: a Sequencer over a range, resumable from producer states
   (streaming micro-batches).
 
 With the decoder's `fast` path (the default), `split_batches` and `journal_batches`
-decide commits a batch at a time (`oncelog.spark._bulkcommit`) and hand over to the
+decide commits a batch at a time (`oncelog.sequencing.bulkcommit`) and hand over to the
 per-message rules of `SplitCommitter` only where a batch needs them; both give the same
 rows (tests/spark/test_spark_read_fast.py).
 
@@ -27,9 +27,8 @@ import pyarrow.compute as pc
 
 from oncelog.message import Envelope
 from oncelog.sequencer import Sequencer
-from oncelog.spark._bulkcommit import BulkCommitter, NotBulk, bulk_facts
-from oncelog.spark.batches import DecodedBatch, RangeDecoder, record_batch
-from oncelog.spark.plan import (
+from oncelog.sequencing.bulkcommit import BulkCommitter, NotBulk, bulk_facts
+from oncelog.sequencing.plan import (
     Diverged,
     Split,
     SplitCommitter,
@@ -37,6 +36,7 @@ from oncelog.spark.plan import (
     SplitPlan,
     gather_facts,
 )
+from oncelog.spark.batches import DecodedBatch, RangeDecoder, record_batch
 from oncelog.spark.sequential import sequence_with_commits
 
 __all__ = [

@@ -3,7 +3,7 @@
 Histories interleave producers that commit, roll back, acknowledge only part of a
 transaction, write OUTSIDE_TXN and nil-UUID messages, re-append earlier frames
 (duplicates) and, now and then, move their clocks backwards or use odd UUIDs. The
-journal is cut into random splits; phases 1-3 of `oncelog.spark.plan` must give
+journal is cut into random splits; phases 1-3 of `oncelog.sequencing.plan` must give
 exactly `read_committed`'s messages, in its order once sorted by commit offset,
 whatever the split boundaries and (where the plan applies) the ring size.
 """
@@ -22,7 +22,7 @@ from oncelog.journal import FragmentSpec, JournalSpec, open_journals
 from oncelog.message import Flags, build_uuid
 from oncelog.reading import read_committed, read_uncommitted
 from oncelog.sequencer import Sequencer
-from oncelog.spark.plan import (
+from oncelog.sequencing.plan import (
     Diverged,
     Split,
     SplitCommitter,

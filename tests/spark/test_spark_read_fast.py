@@ -20,11 +20,11 @@ from oncelog.errors import OncelogError
 from oncelog.journal import FragmentSpec, JournalSpec, open_journals
 from oncelog.message import Flags, JSONMessage, build_uuid
 from oncelog.publisher import Publisher
-from oncelog.spark._bulkcommit import BulkCommitter, NotBulk, bulk_facts
+from oncelog.sequencing.bulkcommit import BulkCommitter, NotBulk, bulk_facts
+from oncelog.sequencing.plan import NIL_PRODUCER, gather_facts
 from oncelog.spark.batch import OncelogBatchReader
 from oncelog.spark.batches import RangeDecoder
 from oncelog.spark.options import ReadOptions
-from oncelog.spark.plan import NIL_PRODUCER, gather_facts
 from oncelog.spark.read import journal_batches
 from oncelog.spark.schema import arrow_schema, message_kind, source_struct
 

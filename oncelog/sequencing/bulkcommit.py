@@ -1,6 +1,6 @@
 """The split plan's commit rules decided a whole batch at a time, with Arrow kernels.
 
-`SplitCommitter` (oncelog.spark.plan) applies the Sequencer's rules message by
+`SplitCommitter` (oncelog.sequencing.plan) applies the Sequencer's rules message by
 message in Python. In journals written by a Publisher every producer's clocks only
 grow, and then the rules reduce to this, per producer, in offset order:
 
@@ -18,6 +18,9 @@ odd UUID, raises `NotBulk` before deciding anything of it; `handover()` then giv
 `SplitCommitter` in exactly the state the per-message rules would have reached (the
 producers' states after their last decided message, the waiting messages fed to it
 again), which takes over from that batch on.
+
+Needs pyarrow (not PySpark): the Spark reader (`oncelog.spark.read`) feeds it the UUID
+columns of `oncelog.spark.uuids`, or anything with the same three columns (`UUIDBatch`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from oncelog.message import ACK_TXN, CONTINUE_TXN
-from oncelog.spark.plan import (
+from oncelog.identity import ACK_TXN, CONTINUE_TXN
+from oncelog.sequencing.errors import NotBulk
+from oncelog.sequencing.plan import (
     NIL_PRODUCER,
     ProducerFacts,
     Split,
@@ -39,20 +44,24 @@ from oncelog.spark.plan import (
     SplitPlan,
     State,
 )
-from oncelog.spark.uuids import UUIDColumns
 
-__all__ = ["BulkCommitter", "BulkDecision", "NotBulk", "bulk_facts"]
+__all__ = ["BulkCommitter", "BulkDecision", "NotBulk", "UUIDBatch", "bulk_facts"]
 
 _I64 = pa.int64()
 
 
-class NotBulk(Exception):
-    """The batch at journal offset `offset` needs the per-message rules (`reason` says why)."""
+class UUIDBatch(Protocol):
+    """The UUID columns of a batch that `BulkCommitter.feed` reads, one row per message:
+    producer IDs as hex strings, clocks and flags (e.g. `oncelog.spark.uuids.UUIDColumns`)."""
 
-    def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(f"at offset {offset}: {reason}")
-        self.offset = offset
-        self.reason = reason
+    @property
+    def producer(self) -> pa.Array: ...
+
+    @property
+    def clock(self) -> pa.Array: ...
+
+    @property
+    def flags(self) -> pa.Array: ...
 
 
 @dataclass(slots=True)
@@ -108,7 +117,7 @@ class BulkCommitter:
         self._commits = dict(commits or {})
         self._producers: dict[str, _Producer] = {}
 
-    def feed(self, uuids: UUIDColumns, begins: pa.Array, row: int, offset: int) -> BulkDecision:
+    def feed(self, uuids: UUIDBatch, begins: pa.Array, row: int, offset: int) -> BulkDecision:
         """Decide the batch of `uuids` (rows starting at journal offsets `begins`, the
         first at `offset`); NotBulk, with nothing decided, if it needs the per-message rules."""
         n = len(begins)
