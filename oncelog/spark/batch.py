@@ -6,7 +6,9 @@ applying the commit rules from its start (`journal_batches`). A larger one gets 
 two-phase plan of `oncelog.sequencing.plan`: the driver gathers each split's facts (in
 threads: fetching and JSON parsing overlap, UUIDs are parsed by Arrow kernels),
 resolves them, and every split becomes a task that filters its own messages.
-Reading uncommitted needs no plan.
+Reading uncommitted needs no plan. A journal whose history starts with columnar segments
+(written by compaction) is read a task per segment plus a task for its tail
+(oncelog.spark.segmented).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from oncelog.spark.batches import decoder_for, new_message_factory
 from oncelog.spark.options import ReadOptions
 from oncelog.spark.read import journal_batches, split_batches, split_facts, uncommitted_batches
 from oncelog.spark.schema import arrow_schema, check_schema
+from oncelog.spark.segmented import (
+    SegmentPartition,
+    TailPartition,
+    read_partition,
+    segment_partitions,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,12 +75,22 @@ class OncelogBatchReader(DataSourceReader):
         try:
             specs = options.list_journals(client)
             journal_splits: list[tuple[JournalSpec, list[Split]]] = []
+            segmented: list[InputPartition] = []
             for spec in specs:
                 # Fails early if a journal cannot be read as the options ask.
                 decoder_for(
                     client, options, spec.name, spec.content_type, arrow.field("message").type
                 )
                 frags = [(f.begin, f.end) for f in client.fragments(spec.name)]
+                if options.committed and frags:
+                    # Sealed history from its columnar segments, then the tail (see
+                    # oncelog.spark.segmented); a journal without any plans as before.
+                    parts = segment_partitions(
+                        client, options, spec.name, spec.content_type, frags[-1][1]
+                    )
+                    if parts is not None:
+                        segmented.extend(parts)
+                        continue
                 if frags:
                     # A trim may cut the first fragment (compacted before the trim point).
                     begin = max(frags[0][0], client.first_offset(spec.name))
@@ -88,7 +106,7 @@ class OncelogBatchReader(DataSourceReader):
             plans = self._plans(client, arrow, [js for js in journal_splits if len(js[1]) > 1])
         finally:
             client.close()
-        out: list[InputPartition] = []
+        out: list[InputPartition] = list(segmented)
         for spec, splits in journal_splits:
             plan = plans.get(spec.name)
             if plan is None or plan.sequential is not None:
@@ -129,7 +147,9 @@ class OncelogBatchReader(DataSourceReader):
         return plans
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, (SplitPartition, RangePartition)):
+        if not isinstance(
+            partition, (SplitPartition, RangePartition, SegmentPartition, TailPartition)
+        ):
             return  # Spark's stand-in partition when there is nothing to read
         # Spark's Python worker is a process this data source owns: bulk decoding may pause
         # its collector (see oncelog.framing.set_gc_pausing).
@@ -139,6 +159,16 @@ class OncelogBatchReader(DataSourceReader):
         message_type = arrow.field("message").type
         client = options.store.open()
         try:
+            if isinstance(partition, (SegmentPartition, TailPartition)):
+                journal = (
+                    partition.record.journal
+                    if isinstance(partition, SegmentPartition) else partition.journal
+                )
+                decoder = decoder_for(
+                    client, options, journal, partition.content_type, message_type
+                )
+                yield from read_partition(client, partition, decoder, arrow, options.batch_rows)
+                return
             if isinstance(partition, SplitPartition):
                 split = partition.plan.split
                 decoder = decoder_for(

@@ -243,42 +243,48 @@ def sequential_batches(
     sequencer: Sequencer | None = None,
     batch_rows: int = 65536,
     commits_from: int = 0,
+    producers: set[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The committed messages of `[begin, end)` as the Sequencer decides them.
 
     `sequencer` carries producer states from an earlier read (streaming); transactions
     that began before `begin` are replayed from the journal when their ACK comes. Only
-    messages committed at or after offset `commits_from` are returned.
+    messages committed at or after offset `commits_from` are returned. `producers`, if
+    given, is filled with the producers (hex) of every frame of `[begin, end)`.
     """
     seq = Sequencer() if sequencer is None else sequencer
     journal = decoder.journal
     kept: list[DecodedBatch] = []
+    producer_ids: dict[str, bytes] = {}
 
     def replay(j: str, replay_begin: int, replay_end: int) -> Iterable[Envelope]:
         if not kept or replay_begin < kept[0].base:
             stop = min(replay_end, kept[0].base) if kept else replay_end
-            kept[:0] = list(decoder.batches(replay_begin, stop, keep_envelopes=True))
+            kept[:0] = list(decoder.batches(replay_begin, stop))
         for b in list(kept):
             if b.end <= replay_begin:
                 continue
             if b.base >= replay_end:
                 break
-            for env in b.envelopes or ():
+            for env in _id_envelopes(b, producer_ids):
                 if replay_begin <= env.begin and env.end <= replay_end:
                     yield env
 
     def source_of(begin: int) -> DecodedBatch:
         return kept[bisect.bisect_right([b.base for b in kept], begin) - 1]
 
-    for batch in decoder.batches(begin, end, keep_envelopes=True):
+    for batch in decoder.batches(begin, end):
         kept.append(batch)
+        if producers is not None:
+            producers.update(batch.producers)
         # Begin offsets and commit offsets of the committed messages of this batch, and of
         # older ones (a replay may add older batches to `kept` meanwhile).
         here_begins: list[int] = []
         here_commits: list[int] = []
         older: list[tuple[int, int]] = []
         base = batch.base
-        for env, commit in sequence_with_commits(seq, batch.envelopes or (), replay):
+        envelopes = _id_envelopes(batch, producer_ids)
+        for env, commit in sequence_with_commits(seq, envelopes, replay):
             if commit < commits_from:
                 continue
             if env.begin >= base:
@@ -302,6 +308,23 @@ def sequential_batches(
         horizon = min(opens) if opens else batch.end
         while kept and kept[0].end <= horizon:
             kept.pop(0)
+
+
+def _id_envelopes(batch: DecodedBatch, producer_ids: dict[str, bytes]) -> list[Envelope]:
+    """Envelopes of `batch`'s frames that carry only what a Sequencer reads (journal,
+    offsets, UUID ids), without decoding a message: the rows come from the batch's
+    columns. `producer_ids` caches producer hex to bytes across batches."""
+    journal = batch.journal
+    begins = batch.begins
+    ends = [*begins[1:], batch.end]
+    out: list[Envelope] = []
+    append = out.append
+    for b, e, p, c, f in zip(begins, ends, batch.producers, batch.clocks, batch.flags):
+        pid = producer_ids.get(p)
+        if pid is None:
+            pid = producer_ids[p] = bytes.fromhex(p)
+        append(Envelope(journal, b, e, None, (pid, c, f)))
+    return out
 
 
 def _rows_of(batch: DecodedBatch, begins: list[int]) -> list[int]:

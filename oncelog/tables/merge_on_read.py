@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from oncelog.tables.errors import SegmentError, SegmentWarning
 from oncelog.tables.segments import (
+    SegmentRecord,
     States,
     chain,
     declared_schema,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 
     from oncelog.journal import JournalClient
 
-__all__ = ["committed_table", "dataset"]
+__all__ = ["committed_table", "dataset", "usable_prefix"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,34 @@ def _parts(
     if not used:
         return None
     return parts, used, schema
+
+
+def usable_prefix(
+    client: JournalClient, journal: str, stop: int
+) -> tuple[list[tuple[SegmentRecord, States]], int, States] | None:
+    """The segments a reader starting at the journal's first offset takes one after another
+    before it would first read frames, each with the reader's states at its start; the
+    offset after them and the states there. None if it would read frames first (then a
+    reader reads the journal as before). Checks records, not files: a task reading a
+    segment whose file turns out damaged reads its range from frames instead."""
+    spec = client.get(journal)
+    records, _ = segment_records(client, journal, spec.incarnation or "")
+    if not records:
+        return None
+    first = client.first_offset(journal)
+    by_begin = chain([r for r in records if first <= r.begin and r.end <= stop])
+    taken: list[tuple[SegmentRecord, States]] = []
+    position, states = first, States()
+    while position < stop:
+        rec = by_begin.get(position)
+        if rec is None or not rec.matches(states):
+            break
+        taken.append((rec, states))
+        states = rec.advance(states)
+        position = rec.end
+    if not taken:
+        return None
+    return taken, position, states
 
 
 def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],

@@ -291,11 +291,13 @@ def text_schema(decoder: RangeDecoder) -> pa.Schema:
 
 
 def read_range(
-    decoder: RangeDecoder, begin: int, end: int, states: States
+    decoder: RangeDecoder, begin: int, end: int, states: States,
+    producers: set[str] | None = None,
 ) -> tuple[list[pa.RecordBatch], States]:
     """The committed rows of `[begin, end)` for a reader in `states` at `begin` (batches in
     offset order; sort by (commit_offset, begin) for commit order), and its states at `end`.
-    Transactions open at `begin` are replayed from the journal when they commit."""
+    Transactions open at `begin` are replayed from the journal when they commit.
+    `producers`, if given, gets the producers of the range's frames."""
     from oncelog.sequencer import ProducerState, Sequencer
     from oncelog.spark.read import sequential_batches
 
@@ -304,7 +306,9 @@ def read_range(
         {journal: begin},
         [ProducerState(journal, bytes.fromhex(p), a, b) for p, (a, b) in states.items()],
     )
-    batches = list(sequential_batches(decoder, begin, end, text_schema(decoder), seq))
+    batches = list(sequential_batches(
+        decoder, begin, end, text_schema(decoder), seq, producers=producers
+    ))
     _, after = seq.checkpoint()
     return batches, {
         s.producer.hex(): (s.last_ack, s.begin) for s in after if s.journal == journal
@@ -316,14 +320,6 @@ def in_commit_order(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.
     from oncelog.arrow import _table
 
     return _table(list(batches), schema)
-
-
-def producers_in(decoder: RangeDecoder, begin: int, end: int) -> frozenset[str]:
-    """Producers with a frame in `[begin, end)` (nil UUIDs included, as 12 zeros)."""
-    seen: set[str] = set()
-    for producers, _, _, _ in decoder.ids(begin, end):
-        seen.update(producers)
-    return frozenset(seen)
 
 
 def declared_schema(spec: JournalSpec) -> pa.Schema | None:
@@ -441,9 +437,10 @@ def _seal_one(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    batches, final = read_range(decoder, begin, end, states)
+    seen: set[str] = set()
+    batches, final = read_range(decoder, begin, end, states, seen)
     table = in_commit_order(batches, text_schema(decoder))
-    producers = producers_in(decoder, begin, end)
+    producers = frozenset(seen)
     parsed = False
     if decoder.kind.content_type == "application/x-ndjson" and table.num_rows:
         docs = parse_documents(table.column("message"), doc_schema,
