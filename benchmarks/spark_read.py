@@ -10,7 +10,12 @@ them in one local[2] Spark session, each scan into Spark's `noop` sink:
 3. oncelog, read-committed message text parsed in the JVM (`from_json` with the schema);
 4. the same as 2 through the per-message row path (`fast_path=false`), for comparison;
 5. oncelog, the same journals cut into 4 MiB splits (the two-phase plan);
-6. oncelog, the same journals on the S3 test server (moto, on 127.0.0.1).
+6. oncelog, the same journals on the S3 test server (moto, on 127.0.0.1);
+7. oncelog, a copy of the journals compacted (`compact` writes their columnar segments:
+   a task per segment, Parquet read by pyarrow, and the tail), locally and on the S3
+   test server;
+8. `spark.read.parquet` of the same committed rows written by pyarrow (what a table
+   format's reader does), the reference for 7.
 
 Each figure is printed beside the baseline measured in the same run, as a ratio: of
 wall time, and of the CPU time of this process's children (Spark's JVM and its Python
@@ -185,6 +190,29 @@ def copy_journals(source: JournalClient, target: JournalClient) -> None:
             reader.close()
 
 
+def write_parquet(client: JournalClient, directory: str) -> list[str]:
+    """The journals' committed rows (documents as a struct, as the source gives them) as
+    Parquet files written by pyarrow; returns their paths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from oncelog.arrow import read_committed_arrow
+
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, name in enumerate(JOURNALS):
+        table = read_committed_arrow(client, name, parse=True)
+        fields = [c for c in table.column_names if c in ("user", "page", "ms", "score", "ref")]
+        doc = pa.StructArray.from_arrays(
+            [table.column(f).combine_chunks() for f in fields], names=fields
+        )
+        table = table.drop_columns(fields).append_column("message", doc)
+        path = os.path.join(directory, f"part-{i:02d}.parquet")
+        pq.write_table(table, path, compression="zstd")
+        paths.append(path)
+    return paths
+
+
 def report(
     name: str, rows: int, timing: tuple[float, float | None], baseline: tuple[float, float] | None
 ) -> tuple[float, float]:
@@ -257,6 +285,25 @@ def main(argv: list[str] | None = None) -> int:
             copy_journals(client, s3_client)
             scans["oncelog committed, S3 test server (moto)"] = oncelog_df(
                 spark, s3_url, storage_options=json.dumps(s3_options)
+            )
+        # The same journals compacted (with segments), and their rows as plain Parquet.
+        compacted = open_journals(os.path.join(root, "compacted"))
+        copy_journals(client, compacted)
+        t = time.perf_counter()
+        for name in JOURNALS:
+            compacted.compact(name, retire_grace=0)
+        print(f"compacted a copy (writing segments) in {time.perf_counter() - t:.1f} s")
+        scans["oncelog committed, compacted (segments)"] = oncelog_df(spark, compacted.root)
+        parquet_files = write_parquet(compacted, os.path.join(root, "parquet"))
+        scans["spark.read.parquet, same rows (pyarrow)"] = spark.read.parquet(*parquet_files)
+        if not args.no_s3:
+            s3_compacted = open_journals(s3_url.replace("journals", "compacted"), **s3_options)
+            copy_journals(client, s3_compacted)
+            for name in JOURNALS:
+                s3_compacted.compact(name, retire_grace=0)
+            scans["oncelog committed, compacted, S3 test server"] = oncelog_df(
+                spark, s3_url.replace("journals", "compacted"),
+                storage_options=json.dumps(s3_options),
             )
         timings: dict[str, list[tuple[float, float | None]]] = {name: [] for name in scans}
         for _ in range(max(1, args.repeat)):

@@ -16,10 +16,11 @@ repetition (which goes first alternates). Delta writes use idempotent app transa
   `DeltaTable(...).to_pyarrow_table()`.
 - compacted journal (columnar segments): the ingested journal compacted (`compact`, which
   writes its Parquet segments; timed against compacting the frames journal with segments
-  turned off, `oncelog.dev/segments=off`), then read as Arrow (`read_committed_arrow(
-  parse=True)`), as dicts through Arrow (`.to_pylist()`) and as pandas (`.to_pandas()`, when pandas is installed),
-  against Delta's `to_pyarrow_table()`, `.to_pylist()` and `to_pandas()`. Segment bytes
-  are printed beside the JSON bytes they hold.
+  turned off, `oncelog.dev/segments=off`), then read as Arrow
+  (`read_committed_arrow(parse=True)`), as dicts through Arrow (`.to_pylist()`) and as
+  pandas (`.to_pandas()`, when pandas is installed), against Delta's
+  `to_pyarrow_table()`, `.to_pylist()` and `to_pandas()`. Segment bytes are printed
+  beside the JSON bytes they hold.
 - 4 writers: 4 processes write N/4 events each, in transactions of 10k, to one journal /
   one Delta table (Delta retries its conflicting commits); oncelog with `publish_uncommitted`
   calls, then (against the same Delta figure) with `publish_many`.
