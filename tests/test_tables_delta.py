@@ -192,3 +192,41 @@ def test_cli_export_delta_once_then_nothing_then_follow(local_store: StoreTarget
     with local_store.open() as client:
         assert len(list(read_committed(client, name))) == wanted
         assert_table_is_read_committed(client, name, uri)
+
+
+@pytest.mark.s3
+def test_export_from_and_to_the_s3_test_server(s3_store: StoreTarget, s3_server) -> None:
+    """Journals on S3 and the Delta table on S3 (conditional puts): reruns and racing
+    exporters write each row once."""
+    options = {
+        "AWS_ENDPOINT_URL": s3_server.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+    }
+    uri = s3_store.url.rstrip("/") + "-delta"
+    with s3_store.open() as client:
+        name = new_journal(client)
+        rng = random.Random(6)
+        publish(client, name, rng, 20)
+        client.compact(name, retire_grace=0)
+        publish(client, name, rng, 10, first=100)
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def exporter() -> None:
+            barrier.wait()
+            try:
+                export_delta(client, name, uri, storage_options=options)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=exporter) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert export_delta(client, name, uri, storage_options=options).rows[name] == 0
+        table = deltalake.DeltaTable(uri, storage_options=options).to_pyarrow_table()
+        table = table.sort_by([("commit_offset", "ascending"), ("begin", "ascending")])
+        envs = list(read_committed(client, name))
+        assert table.column("begin").to_pylist() == [e.begin for e in envs]
