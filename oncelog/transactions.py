@@ -184,7 +184,7 @@ def _intents_from(doc: Any) -> list[AckIntent]:
 
 def read_record(client: "JournalClient", path: str) -> TransactionRecord | None:
     """The record at `.oncelog/<path>`, or None if absent."""
-    data = client.read_object(path)
+    data = client.meta.read(path)
     return None if data is None else TransactionRecord.from_json(data, path)
 
 
@@ -209,7 +209,7 @@ def write_pending(client: "JournalClient", record: TransactionRecord) -> Transac
     """Store the pending record of a commit (before its first ACK); returns it with its
     path. Raises if the path is taken (a producer ID and clock are never reused)."""
     path = pending_path(record.producer, record.clock)
-    if not client.put_if_absent(path, record.to_json()):
+    if not client.meta.put_if_absent(path, record.to_json()):
         raise TransactionRecordError(f"transaction record .oncelog/{path} exists already")
     return replace(record, path=path)
 
@@ -219,20 +219,20 @@ def settle(client: "JournalClient", record: TransactionRecord, who: str) -> bool
     record: a publisher retires it, a recoverer rolls it forward first), and the record and
     marker are removed once that is done by the caller through `retire`."""
     marker = orjson.dumps({"by": who, "token": uuid.uuid4().hex, "at": _now().isoformat()})
-    return client.put_if_absent(record.path + SETTLED, marker)
+    return client.meta.put_if_absent(record.path + SETTLED, marker)
 
 
 def retire(client: "JournalClient", record: TransactionRecord) -> None:
     """Remove a finished pending record, then its settle marker."""
-    client.delete_object(record.path)
-    client.delete_object(record.path + SETTLED)
+    client.meta.delete(record.path)
+    client.meta.delete(record.path + SETTLED)
 
 
 def pending_records(client: "JournalClient") -> list[TransactionRecord]:
     """Pending records of publishers without an identity: commits whose ACKs may be
     incomplete (their publisher is still at work, or died mid-commit)."""
     out = []
-    for name in client.list_objects(PENDING_DIR):
+    for name in client.meta.list(PENDING_DIR):
         if not name.endswith(".json"):
             continue
         record = read_record(client, f"{PENDING_DIR}/{name}")
@@ -254,11 +254,11 @@ def recover_pending(
             done.append(record)
         retire(client, record)
     # Markers whose record is gone: a retire cut short between its two deletes.
-    for name in client.list_objects(PENDING_DIR):
+    for name in client.meta.list(PENDING_DIR):
         if name.endswith(".json" + SETTLED):
             record_name = name[: -len(SETTLED)]
-            if client.read_object(f"{PENDING_DIR}/{record_name}") is None:
-                client.delete_object(f"{PENDING_DIR}/{name}")
+            if client.meta.read(f"{PENDING_DIR}/{record_name}") is None:
+                client.meta.delete(f"{PENDING_DIR}/{name}")
     return done
 
 
@@ -287,7 +287,7 @@ def commit_once(
     makes a rerun a no-op. The producers of `intents` must never publish again (Spark
     task attempts, one-shot writers), since their ACKs may be re-appended at any time."""
     record = TransactionRecord("commit", list(intents), producer, clock)
-    if client.put_if_absent(path, record.to_json()):
+    if client.meta.put_if_absent(path, record.to_json()):
         append_intents(client, record.intents)
         return True
     stored = read_record(client, path)

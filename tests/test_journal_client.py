@@ -431,24 +431,24 @@ def test_gc_removes_only_old_unclaimed_fragments(journals: JournalClient) -> Non
 
 def test_metadata_objects_are_created_only_if_absent(journals: JournalClient) -> None:
     path = "checkpoints/group-a/%016x.json" % 1
-    assert journals.read_object(path) is None
-    assert journals.put_if_absent(path, b'{"n": 1}') is True
-    assert journals.put_if_absent(path, b'{"n": "zombie"}') is False
-    assert journals.read_object(path) == b'{"n": 1}'
-    journals.put_if_absent("checkpoints/group-a/%016x.json" % 2, b"{}")
-    journals.put_if_absent("checkpoints/group-a/%016x.json" % 3, b"{}")
-    assert journals.list_objects("checkpoints/group-a") == [
+    assert journals.meta.read(path) is None
+    assert journals.meta.put_if_absent(path, b'{"n": 1}') is True
+    assert journals.meta.put_if_absent(path, b'{"n": "zombie"}') is False
+    assert journals.meta.read(path) == b'{"n": 1}'
+    journals.meta.put_if_absent("checkpoints/group-a/%016x.json" % 2, b"{}")
+    journals.meta.put_if_absent("checkpoints/group-a/%016x.json" % 3, b"{}")
+    assert journals.meta.list("checkpoints/group-a") == [
         "%016x.json" % i for i in (1, 2, 3)
     ]
-    assert journals.list_objects("checkpoints/group-a/", after="%016x.json" % 1) == [
+    assert journals.meta.list("checkpoints/group-a/", after="%016x.json" % 1) == [
         "%016x.json" % i for i in (2, 3)
     ]
-    journals.delete_object(path)
-    assert journals.read_object(path) is None
-    assert journals.list_objects("checkpoints/none") == []
+    journals.meta.delete(path)
+    assert journals.meta.read(path) is None
+    assert journals.meta.list("checkpoints/none") == []
     for bad in ("../escape", "/abs", "claims/t/x", "journals/x/spec.json", "a//b"):
         with pytest.raises(InvalidObjectPath):
-            journals.put_if_absent(bad, b"x")
+            journals.meta.put_if_absent(bad, b"x")
 
 
 def test_concurrent_put_if_absent_has_one_winner(store_url: Any) -> None:
@@ -458,7 +458,7 @@ def test_concurrent_put_if_absent_has_one_winner(store_url: Any) -> None:
 
     def work(i: int) -> None:
         barrier.wait()
-        wins.append(clients[i].put_if_absent("checkpoints/g/0001.json", b"%d" % i))
+        wins.append(clients[i].meta.put_if_absent("checkpoints/g/0001.json", b"%d" % i))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
     for t in threads:
@@ -626,7 +626,7 @@ def test_stores_without_create_if_absent_refuse_appends(memory_store: Any) -> No
     with pytest.raises(AppendNotSupported, match="only-if-absent"):
         client.create(JournalSpec("x"))
     with pytest.raises(AppendNotSupported):
-        client.put_if_absent("checkpoints/g/1", b"x")
+        client.meta.put_if_absent("checkpoints/g/1", b"x")
 
 
 def test_local_delete_leaves_no_empty_directories(local_store: Any) -> None:
@@ -638,7 +638,7 @@ def test_local_delete_leaves_no_empty_directories(local_store: Any) -> None:
     client.append("deep/tree/j", b"x")
     client.append("deep/keep", b"y")
     other = local_store.open()
-    other.put_if_absent("checkpoints/g/1", b"{}")  # caches the directories it made
+    other.meta.put_if_absent("checkpoints/g/1", b"{}")  # caches the directories it made
     client.delete("deep/tree/j")
     left = sorted(os.path.relpath(d, local_store.url) for d, _, _ in os.walk(local_store.url))
     assert not any("tree" in d for d in left)
@@ -647,7 +647,7 @@ def test_local_delete_leaves_no_empty_directories(local_store: Any) -> None:
     import shutil
 
     shutil.rmtree(os.path.join(local_store.url, ".oncelog", "checkpoints"))
-    assert other.put_if_absent("checkpoints/g/2", b"{}") is True
+    assert other.meta.put_if_absent("checkpoints/g/2", b"{}") is True
     client.create(JournalSpec("deep/tree/j"))
     assert local_store.open().append("deep/tree/j", b"again").begin == 0
 

@@ -97,11 +97,11 @@ def test_create_whose_reply_was_lost_succeeds(store_url: StoreTarget) -> None:
 def test_put_if_absent_whose_reply_was_lost_is_ours(store_url: StoreTarget) -> None:
     client = store_url.open(retry_timeout=5)
     _patch(client, "create", lose_reply_once("objs/a"))
-    assert client.put_if_absent("objs/a", b"token-1")
-    assert client.read_object("objs/a") == b"token-1"
+    assert client.meta.put_if_absent("objs/a", b"token-1")
+    assert client.meta.read("objs/a") == b"token-1"
     # Another writer's attempt (other bytes) at the same path loses, reply lost or not.
-    assert not client.put_if_absent("objs/a", b"token-2")
-    assert client.read_object("objs/a") == b"token-1"
+    assert not client.meta.put_if_absent("objs/a", b"token-2")
+    assert client.meta.read("objs/a") == b"token-1"
     client.close()
 
 
@@ -111,13 +111,13 @@ def test_conditional_writes_retry_conflicts_then_say_the_outcome_is_unknown(
     client = store_url.open(retry_timeout=2)
     wrap = fail_times(3, "objs/b")
     _patch(client, "create", wrap)
-    assert client.put_if_absent("objs/b", b"x")  # three 409s, then created
+    assert client.meta.put_if_absent("objs/b", b"x")  # three 409s, then created
     assert wrap.count["failed"] == 3
     forever = fail_times(10**9, "objs/c")
     _patch(client, "create", forever)
     start = time.monotonic()
     with pytest.raises(StorageUnavailable, match="objs/c.*outcome is unknown") as info:
-        client.put_if_absent("objs/c", b"y")
+        client.meta.put_if_absent("objs/c", b"y")
     assert info.value.outcome_known is False
     assert time.monotonic() - start < 10  # bounded by retry_timeout
     client.close()

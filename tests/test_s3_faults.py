@@ -54,14 +54,14 @@ def test_checkpoint_write_survives_409_conflicts_and_lost_replies(
     )
     lost = proxy.add_rule(FaultRule(LOST_REPLY, method="PUT", key=r"\.oncelog/objs/b$", times=1))
     with s3_fault_proxy.open(retries=False, retry_timeout=10) as client:
-        assert client.put_if_absent("objs/a", b"mine-a")
-        assert client.put_if_absent("objs/b", b"mine-b")
-        assert not client.put_if_absent("objs/b", b"theirs")
+        assert client.meta.put_if_absent("objs/a", b"mine-a")
+        assert client.meta.put_if_absent("objs/b", b"mine-b")
+        assert not client.meta.put_if_absent("objs/b", b"theirs")
     assert conflicts.fired == 3 and lost.fired == 1
     proxy.add_rule(FaultRule(CONDITIONAL_CONFLICT, method="PUT", key=r"\.oncelog/objs/c$"))
     with s3_fault_proxy.open(retries=False, retry_timeout=1) as client:
         with pytest.raises(StorageUnavailable, match="outcome is unknown") as info:
-            client.put_if_absent("objs/c", b"x")
+            client.meta.put_if_absent("objs/c", b"x")
         assert info.value.outcome_known is False
 
 

@@ -91,7 +91,7 @@ def test_multi_journal_commit_records_then_retires(store_url: StoreTarget) -> No
     records = [p for p in creates if "/txns/pending/" in p]
     assert len(records) == 2  # the record and its settle marker
     assert pending_records(client) == []
-    assert client.list_objects("txns/pending") == []
+    assert client.meta.list("txns/pending") == []
     for i, name in enumerate(names):
         assert [d["n"] for d in committed_docs(client, name)] == [i]
     client.close()

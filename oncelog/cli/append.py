@@ -232,8 +232,8 @@ class _Stamper:
             "clock": clock,
             "token": uuid.uuid4().hex,  # makes the object unique to this attempt
         }
-        if not self._client.put_if_absent(path, orjson.dumps(doc)):
-            stored = self._client.read_object(path)
+        if not self._client.meta.put_if_absent(path, orjson.dumps(doc)):
+            stored = self._client.meta.read(path)
             try:
                 doc = orjson.loads(stored or b"")
                 producer, clock = bytes.fromhex(doc["producer"]), int(doc["clock"])

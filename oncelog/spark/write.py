@@ -399,7 +399,7 @@ def _legacy_batch_record(client: JournalClient, path: str) -> list[AckIntent]:
     """The ACK intents of a micro-batch record in the layout of oncelog before transaction
     records (`{"batch": id, "acks": [[journal, base64], ...]}`)."""
     try:
-        doc = orjson.loads(client.read_object(path) or b"")
+        doc = orjson.loads(client.meta.read(path) or b"")
         return [AckIntent(str(j), base64.b64decode(i, validate=True)) for j, i in doc["acks"]]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise TransactionRecordError(

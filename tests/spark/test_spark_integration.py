@@ -170,5 +170,5 @@ def test_stream_restarts_from_its_checkpoint_exactly_once(spark, local_store, tm
     got = [(d["source"], d["source_begin"]) for d in docs]
     expected = [r for j in ("src/a", "src/b", "src/c") for r in committed_rows(client, j)]
     assert sorted(got) == sorted(expected) and len(got) == len(set(got))
-    assert len(client.list_objects("spark/writers/copy-all/batches")) >= 2
+    assert len(client.meta.list("spark/writers/copy-all/batches")) >= 2
     client.close()

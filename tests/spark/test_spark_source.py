@@ -508,7 +508,7 @@ def test_stream_writer_skips_a_batch_id_it_already_committed(store) -> None:
     nxt = [writer.write(iter([_arrow_rows([{"page": "c", "n": 3}])]))]
     writer.commit(nxt, 1)
     assert sorted(d["n"] for d in _docs(client, "out/s")) == [1, 2, 3]
-    assert client.list_objects("spark/writers/q1/batches") == [
+    assert client.meta.list("spark/writers/q1/batches") == [
         "00000000000000000000.json", "00000000000000000001.json"
     ]
     writer.abort([writer.write(iter([_arrow_rows([{"page": "d", "n": 4}])]))], 2)
@@ -527,7 +527,7 @@ def test_stream_writer_finishes_a_recorded_commit_that_was_not_appended(store) -
 
     acks = [[j, base64.b64encode(i).decode()] for m in first for j, i in m.acks]
     path = "spark/writers/q2/batches/00000000000000000005.json"
-    assert client.put_if_absent(path, orjson.dumps({"batch": 5, "acks": acks}))
+    assert client.meta.put_if_absent(path, orjson.dumps({"batch": 5, "acks": acks}))
     assert _docs(client, "out/r") == []
     replay = [writer.write(iter([_arrow_rows([{"page": "a", "n": 1}])]))]
     writer.commit(replay, 5)

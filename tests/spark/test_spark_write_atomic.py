@@ -277,12 +277,12 @@ def test_write_without_id_leaves_a_pending_record_that_recovery_finishes(
     assert [r.path for r in transactions.recover_pending(client)] == [pending.path]
     _assert_one_clean_write(client)
     assert transactions.pending_records(client) == []
-    assert client.list_objects("txns/pending") == []
+    assert client.meta.list("txns/pending") == []
 
     # An uninterrupted commit retires its record.
     writer = _writer(target)
     writer.commit(_tasks(writer))
-    assert client.list_objects("txns/pending") == []
+    assert client.meta.list("txns/pending") == []
     assert sum(map(len, _committed(client).values())) == 2 * len(ROWS)
 
 
