@@ -200,17 +200,25 @@ def sqlite_handler(env: Envelope, txn: Transaction) -> None:
 
 
 class _Meter:
-    """Counts the bytes of the objects a client creates (checkpoints, state objects)."""
+    """Counts the bytes of the small objects created (checkpoints, state objects), through
+    the metadata store every client uses (`client.meta`); `close()` stops counting."""
 
     def __init__(self, client) -> None:
+        from oncelog.coordination import MetaStore
+
         self.bytes = 0
-        real = client.put_if_absent
+        self._real = real = MetaStore.put_if_absent
 
-        def put_if_absent(path: str, data: bytes) -> bool:
+        def put_if_absent(store: MetaStore, path: str, data: bytes) -> bool:
             self.bytes += len(data)
-            return real(path, data)
+            return real(store, path, data)
 
-        client.put_if_absent = put_if_absent
+        MetaStore.put_if_absent = put_if_absent  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        from oncelog.coordination import MetaStore
+
+        MetaStore.put_if_absent = self._real  # type: ignore[method-assign]
 
 
 def _state_consumer(client, group: str, kind: str, snapshot_every: int, **kw) -> Consumer:
@@ -245,7 +253,7 @@ def measure_commits(client, kind: str, keys: int, commits: int, snapshot_every: 
         assert consumer.run(max_transactions=1) == 1
         rows.append((time.perf_counter() - t - handler_time[0], meter.bytes))
     consumer.close()
-    client.put_if_absent = type(client).put_if_absent.__get__(client)
+    meter.close()
     return {"rows": rows, "group": group}
 
 

@@ -21,8 +21,9 @@ from oncelog import _bulkframing
 from oncelog.errors import FencedOut, TransactionError, TransactionExpired
 from oncelog.framing import Framing, for_content_type
 from oncelog.framing.base import EncodeError
-from oncelog.framing.base import _registry as _framings
+from oncelog.framing.base import registered as _framings
 from oncelog.framing.jsonlines import JSONFraming
+from oncelog.intents import AckIntent, start_intents
 from oncelog.mapping import PartitionSpec, content_type_of
 from oncelog.message import (
     Clock,
@@ -67,44 +68,6 @@ _CONTINUE_TXN = Flags.CONTINUE_TXN
 
 Mapping = Callable[[Any], "tuple[str, str]"]
 """A mapping picks a message's journal: `mapping(msg) -> (journal_name, content_type)`."""
-
-
-@dataclass(frozen=True, slots=True)
-class AckIntent:
-    """A framed ACK_TXN acknowledgement and the journal it must be appended to."""
-
-    journal: str
-    intent: bytes
-
-
-def start_intents(
-    client: "JournalClient", intents: Iterable[AckIntent], *, skip_deleted: bool = False
-) -> list["AsyncAppend | None"]:
-    """Start one append per ACK intent, in order, without waiting (journals are written
-    concurrently; `.result()` of each waits for it). An intent whose bytes cannot be written
-    is aborted, not half-appended. With `skip_deleted`, an intent for a journal deleted since
-    is logged and left out (None in its place); otherwise JournalNotFound is raised."""
-    from oncelog.journal.errors import JournalNotFound
-
-    started: list[AsyncAppend | None] = []
-    for intent in intents:
-        try:
-            append = client.start_append(intent.journal)
-        except JournalNotFound:
-            if not skip_deleted:
-                raise
-            log.warning("ACK intent for journal %r skipped: the journal was deleted",
-                        intent.journal)
-            started.append(None)
-            continue
-        try:
-            append.write(intent.intent)
-        except BaseException:
-            append.abort()
-            raise
-        append.release()
-        started.append(append)
-    return started
 
 
 @dataclass(slots=True)

@@ -287,7 +287,8 @@ def checkpoint_after_dequeued(
     return sequencer.checkpoint(prune_horizon, dequeued_processed=True)
 
 
-def _clock_of(bound: TimeBound) -> int:
+def clock_of_bound(bound: TimeBound) -> int:
+    """The UUID clock of a time bound (an aware datetime, or Unix nanoseconds)."""
     if isinstance(bound, datetime):
         if bound.tzinfo is None:
             raise ValueError(f"time bound {bound!r} must be timezone-aware (e.g. UTC)")
@@ -309,10 +310,10 @@ def time_filter(
     """
     low = 0
     if since is not None:
-        low = max(low, _clock_of(since))
+        low = max(low, clock_of_bound(since))
     if after is not None:
         # Strictly later than `after`: its clock tick and every sequence number within it.
-        low = max(low, _clock_of(after) + 16)
+        low = max(low, clock_of_bound(after) + 16)
 
     def keep(env: Envelope) -> bool:
         clock = env.ids[1]

@@ -39,7 +39,7 @@ import orjson
 
 from oncelog.coordination import FencedChain, Placement
 from oncelog.errors import InvalidTransactionalId, TransactionRecordError
-from oncelog.publisher import AckIntent, start_intents
+from oncelog.intents import AckIntent, start_intents
 
 if TYPE_CHECKING:
     from oncelog.journal import AppendResult, JournalClient

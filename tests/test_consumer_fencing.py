@@ -354,7 +354,7 @@ def test_deleting_a_group_again_moves_the_tombstone_up(local):
     assert min(store.seqs()) == first_floor + 1
     delete_group(local, "echo")
     assert store.floor() > first_floor + 1
-    names = local.list_objects(store.directory)
+    names = local.meta.list(store.directory)
     assert names == [f"tombstone-{store.floor():016x}.json"]
 
 
@@ -433,7 +433,7 @@ def test_every_checkpoint_write_attempt_has_unique_bytes(local, monkeypatch):
     # removed again) still gives two different objects.
     (cp,) = reset_group(local, "echo", "head")
     store = CheckpointStore(local, "echo")
-    local.delete_object(store.relative_path(cp.seq))
+    local.meta.delete(store.relative_path(cp.seq))
     reset_group(local, "echo", "head")
     delete_group(local, "echo")
     echo_consumer(local).recover()

@@ -33,6 +33,7 @@ from test_consumer_state import STATE_DIR, check_exactly_once, kv_consumer  # no
 
 from oncelog.consumer import CheckpointStore, Consumer, SQLiteState  # noqa: E402
 from oncelog.consumer.state import is_sqlite_ref  # noqa: E402
+from oncelog.coordination import MetaStore
 from oncelog.journal import open_journals  # noqa: E402
 
 HERE = Path(__file__).resolve()
@@ -53,7 +54,7 @@ def hold_until_next_commit_submitted(consumer: Consumer, stage: str, nth: int, t
     current = 0  # the commit being written (its number in submission order)
     seen = 0
     reached = threading.Event()
-    real_submit = consumer._worker.submit
+    real_submit = consumer._pipeline.worker.submit
 
     def submit(job: Any) -> None:
         nonlocal submitted
@@ -77,7 +78,7 @@ def hold_until_next_commit_submitted(consumer: Consumer, stage: str, nth: int, t
             reached.set()
             then()
 
-    consumer._worker.submit = submit  # type: ignore[method-assign]
+    consumer._pipeline.worker.submit = submit  # type: ignore[method-assign]
     return on_stage, reached
 
 
@@ -196,22 +197,24 @@ def test_snapshot_is_written_in_the_background_for_the_next_checkpoint(memory_st
     check_exactly_once(client)
 
 
-def test_a_failed_background_snapshot_fails_the_commit_that_references_it(memory_store) -> None:
+def test_a_failed_background_snapshot_fails_the_commit_that_references_it(
+    memory_store, monkeypatch
+) -> None:
     """The snapshot's write fails: the checkpoint that would reference it is never
     claimed (run() raises the write's error), and the next run() recovers exactly once."""
     client = memory_store.open()
     create_journals(client)
     write_upstream(client, seed=805)
-    real = client.put_if_absent
+    real = MetaStore.put_if_absent
     failed: list[str] = []
 
-    def put_if_absent(path: str, data: bytes) -> bool:
+    def put_if_absent(meta: MetaStore, path: str, data: bytes) -> bool:
         if path.endswith(".sqlite") and not failed:
             failed.append(path)
             raise Boom(path)
-        return real(path, data)
+        return real(meta, path, data)
 
-    client.put_if_absent = put_if_absent  # type: ignore[method-assign]
+    monkeypatch.setattr(MetaStore, "put_if_absent", put_if_absent)
     consumer = kv_consumer(client, keep_checkpoints=None)
     with pytest.raises(Boom):
         consumer.run(until_idle=True)
@@ -235,7 +238,7 @@ def test_sigkill_around_a_background_snapshot(local_store, stage, nth) -> None:
     write_upstream(client, seed=804)
     assert run_child(local_store, "snapshot", stage, nth) == -signal.SIGKILL
     if stage == "snapshot":
-        names = client.list_objects(STATE_DIR)
+        names = client.meta.list(STATE_DIR)
         latest = CheckpointStore(client, "kv").latest()
         assert latest is not None
         referenced = (latest.state or {}).get("snapshot")

@@ -94,7 +94,7 @@ def test_sink_applies_each_commit_once(local_store, tmp_path) -> None:
     sink_consumer(client, path).run(until_idle=True)
     assert in_db(path) == expected(client)
     prune_checkpoints(client, "sink", keep=1)
-    assert len([n for n in client.list_objects("checkpoints/sink/state")
+    assert len([n for n in client.meta.list("checkpoints/sink/state")
                 if n.endswith(".ops")]) <= 1
 
 

@@ -46,6 +46,7 @@ from oncelog.consumer import (
     reset_group,
 )
 from oncelog.consumer.state import is_sqlite_ref, state_object_names
+from oncelog.coordination import MetaStore
 from oncelog.journal import JournalClient, open_journals
 from oncelog.message import Envelope, JSONMessage
 from oncelog.publisher import Publisher
@@ -253,7 +254,7 @@ def test_snapshots_deltas_and_pruning(local_store) -> None:
     commits = consumer.run(until_idle=True)
     consumer.close()
     assert commits > 10
-    names = client.list_objects(STATE_DIR)
+    names = client.meta.list(STATE_DIR)
     assert any(n.endswith(".sqlite") for n in names) and any(n.endswith(".delta") for n in names)
     store = CheckpointStore(client, "kv")
     refs = [store.load(s).state for s in store.seqs()]
@@ -262,7 +263,7 @@ def test_snapshots_deltas_and_pruning(local_store) -> None:
     assert prune_checkpoints(client, "kv", keep=2) > 0
     kept = [store.load(s).state for s in store.seqs()]
     referenced = set().union(*(state_object_names(r) for r in kept))
-    left = set(client.list_objects(STATE_DIR))
+    left = set(client.meta.list(STATE_DIR))
     assert referenced <= left
     assert len(left) < len(names)
     check_exactly_once(client)
@@ -309,13 +310,13 @@ def test_recovery_skips_reload_of_its_own_state(memory_store, monkeypatch) -> No
     consumer = kv_consumer(client)
     consumer.run(until_idle=True)
     reads: list[str] = []
-    real = client.read_object
+    real = MetaStore.read
 
-    def spy(path: str) -> bytes | None:
+    def spy(meta: MetaStore, path: str) -> bytes | None:
         reads.append(path)
-        return real(path)
+        return real(meta, path)
 
-    monkeypatch.setattr(client, "read_object", spy)
+    monkeypatch.setattr(MetaStore, "read", spy)
     consumer.recover()
     assert not [p for p in reads if "/state/" in p]
     consumer.close()
@@ -356,8 +357,8 @@ def test_missing_state_object_is_reported(memory_store) -> None:
     create_journals(client)
     write_upstream(client, seed=5)
     kv_consumer(client, keep_checkpoints=None).run(until_idle=True)
-    for name in client.list_objects(STATE_DIR):
-        client.delete_object(f"{STATE_DIR}/{name}")
+    for name in client.meta.list(STATE_DIR):
+        client.meta.delete(f"{STATE_DIR}/{name}")
     with pytest.raises(CheckpointError, match="does not exist"):
         kv_consumer(client).recover()
     seqs = CheckpointStore(client, "kv").seqs()
@@ -387,9 +388,9 @@ def test_reset_and_delete_group_with_kv_state(memory_store) -> None:
     assert final_kv(client) == words
     reset_group(client, "kv", "head")
     assert final_kv(client) == {}
-    assert client.list_objects(STATE_DIR)
+    assert client.meta.list(STATE_DIR)
     delete_group(client, "kv")
-    assert client.list_objects(STATE_DIR) == []
+    assert client.meta.list(STATE_DIR) == []
 
 
 # -- the consumer state machine, with SQLite state and a batch handler ---------------------

@@ -69,12 +69,12 @@ def recovered_kv(client: JournalClient, group: str = "kv") -> dict[str, Any]:
 
 def overwrite(client: JournalClient, rel: str, data: bytes) -> None:
     """Replace a stored object's bytes (as damage on the store would)."""
-    client.delete_object(rel)
-    assert client.put_if_absent(rel, data)
+    client.meta.delete(rel)
+    assert client.meta.put_if_absent(rel, data)
 
 
 def read(client: JournalClient, rel: str) -> bytes:
-    data = client.read_object(rel)
+    data = client.meta.read(rel)
     assert data is not None, rel
     return data
 
@@ -107,13 +107,13 @@ def sqlite_group(client: JournalClient) -> tuple[CheckpointStore, dict[str, Any]
 def assert_refused(client: JournalClient, store: CheckpointStore, path: str, what: str) -> None:
     """Recovery raises CheckpointError naming `path` and saying `what`; nothing is written."""
     seqs = store.seqs()
-    state_objects = client.list_objects(STATE_DIR.format(group=store.group))
+    state_objects = client.meta.list(STATE_DIR.format(group=store.group))
     with pytest.raises(CheckpointError) as info:
         kv_consumer(client, store.group).recover()
     message = str(info.value)
     assert path in message and re.search(what, message), message
     assert store.seqs() == seqs
-    assert client.list_objects(STATE_DIR.format(group=store.group)) == state_objects
+    assert client.meta.list(STATE_DIR.format(group=store.group)) == state_objects
 
 
 SNAPSHOT_DAMAGE = {
@@ -197,7 +197,7 @@ def strip_checksums(client: JournalClient, store: CheckpointStore) -> None:
     checksum in the checkpoints, no snapshot checksum in the references, no delta
     checksum."""
     state_dir = STATE_DIR.format(group=store.group)
-    for name in client.list_objects(state_dir):
+    for name in client.meta.list(state_dir):
         if name.endswith(".delta"):
             rel = f"{state_dir}/{name}"
             body, sealed = unseal(read(client, rel))

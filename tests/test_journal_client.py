@@ -466,7 +466,7 @@ def test_concurrent_put_if_absent_has_one_winner(store_url: Any) -> None:
     for t in threads:
         t.join()
     assert sorted(wins) == [False, False, False, True]
-    stored = clients[0].read_object("checkpoints/g/0001.json")
+    stored = clients[0].meta.read("checkpoints/g/0001.json")
     assert stored is not None and int(stored) in range(4)
     for c in clients:
         c.close()

@@ -1,97 +1,84 @@
-"""What the parts of a `Consumer` share: its fields and the few helpers every part calls.
+"""The small objects a `Consumer` hands to its parts: its stage hook, its stop request,
+and the state encoding they both need.
 
-A consumer is three parts, one module each: input reading (`_input.InputReading`: the
-round robin over journals, the Sequencer, the handler calls), the commit pipeline
-(`_commit.CommitPipeline`: checkpoints, state objects, ACK intents, on a commit thread) and
-the rest (`core.Consumer`: options, recovery, the `run()` loop). `ConsumerBase` declares
-the fields they share, so that each part's use of them is type-checked.
-
-Threads: every field here belongs to the thread calling `run()`, except what a commit job
-carries (`_commit._CommitJob`), which the commit thread reads.
+A consumer is composed of three objects, one module each: the input reader
+(`_input.InputReader`: the round robin over journals, the Sequencer, the handler calls),
+the commit pipeline (`_commit.CommitPipeline`: checkpoints, state objects, ACK intents, on
+a commit thread) and the consumer itself (`core.Consumer`: options, recovery, the `run()`
+loop, which wires the other two). The objects here are shared by reference between them;
+each says who writes it and who reads it.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
-from oncelog.consumer._options import ConsumerOptions
-from oncelog.consumer.checkpoint import Checkpoint, CheckpointStore, ConsumerError, FencedOut
-from oncelog.consumer.metrics import ConsumerMetrics
-from oncelog.consumer.sink import SQLiteSinkEngine
-from oncelog.consumer.state import SQLiteStateEngine
-from oncelog.message import Envelope
-from oncelog.publisher import Publisher
-from oncelog.sequencer import Sequencer
+from oncelog.consumer.checkpoint import ConsumerError
 
-if TYPE_CHECKING:
-    from oncelog.consumer._input import _Input
-    from oncelog.consumer.core import Transaction
-    from oncelog.journal import JournalClient
-
-__all__ = ["ConsumerBase", "preview"]
+__all__ = ["Stages", "StopRequest", "encode_state", "preview"]
 
 
-class ConsumerBase:
-    """The fields of a consumer (set by `Consumer.__init__` and `recover`)."""
+class Stages:
+    """The consumer's `on_stage` hook, called by the reader (the consumer's thread) and the
+    commit pipeline (both threads).
 
-    client: JournalClient
-    group: str
-    shards: int
-    shard: int | None
-    _options: ConsumerOptions
-    _store: CheckpointStore
-    _engine: SQLiteStateEngine | None
-    _sink: SQLiteSinkEngine | None
-    _handler: Callable[[Envelope, Transaction], None] | None
-    _batch_handler: Callable[[list[Envelope], Transaction], None] | None
-    _finalize: Callable[[Transaction], None] | None
-    _new_message: Callable[[Any], Any] | None
-    _lazy: bool
-    _on_stage: Callable[[str], None] | None
-    _metrics: ConsumerMetrics | None
-    _labels: tuple[str, str]
-    # Set by recover(); _seq is None whenever the consumer must recover before reading.
-    _seq: Sequencer | None
-    _publisher: Publisher | None
-    _checkpoint: Checkpoint | None
-    _state: Any
-    _positions: dict[str, int]
-    _inputs: dict[str, _Input]
-    _dirty: bool
-    _txn: Transaction | None
-    _carry: Iterator[Envelope] | None
-    """With split_upstream: the sequencing iterator suspended mid upstream transaction,
-    resumed by the next transaction (None when the Sequencer is between sequences)."""
-    _fenced: str | None
-    _stopping: bool
-    _stop_event: threading.Event
+    `hook` may be replaced while no `run()` is under way (tests do, through
+    `Consumer._on_stage`); readers look it up at each call, so the replacement reaches
+    every part at once. No lock: a reference assignment is atomic under the GIL.
+    """
 
-    def _close_inputs(self) -> None:
-        carry, self._carry = self._carry, None
-        if carry is not None and hasattr(carry, "close"):
-            carry.close()
-        for inp in self._inputs.values():
-            inp.close()
+    __slots__ = ("hook",)
 
-    def _check_not_fenced(self) -> None:
-        if self._fenced is not None:
-            raise FencedOut(self._fenced)
+    def __init__(self, hook: Callable[[str], None] | None) -> None:
+        self.hook = hook
 
-    def _stage(self, name: str) -> None:
-        if self._on_stage is not None:
-            self._on_stage(name)
+    def __call__(self, name: str) -> None:
+        hook = self.hook
+        if hook is not None:
+            hook(name)
 
-    def _encode_state(self, state: Any) -> bytes:
-        try:
-            return orjson.dumps(state)
-        except TypeError as exc:
-            raise ConsumerError(
-                f"{self!r}: the state is not JSON-serialisable ({exc}): {preview(state)}"
-            ) from exc
+
+class StopRequest:
+    """`Consumer.stop()`'s request, from any thread, to end `run()` after committing.
+
+    `requested` is set by `stop()` and cleared by `run()` on return; the reader reads it
+    between envelopes (a plain attribute: the hot loop pays no call). `wait` sleeps
+    between polls of idle journals, and wakes at once on a stop. No lock: both fields are
+    set by single atomic stores under the GIL, and readers need only see them eventually.
+    """
+
+    __slots__ = ("requested", "_event")
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self.requested = True
+        self._event.set()
+
+    def clear(self) -> None:
+        self.requested = False
+        self._event.clear()
+
+    def wait(self, timeout: float) -> None:
+        """Sleep up to `timeout` seconds, or until `set()`."""
+        self._event.wait(timeout)
+
+
+def encode_state(state: Any, owner: str) -> bytes:
+    """The JSON bytes of a consumer's state; ConsumerError naming `owner` (the consumer's
+    repr) and a preview of the state if it is not JSON-serialisable."""
+    try:
+        return orjson.dumps(state)
+    except TypeError as exc:
+        raise ConsumerError(
+            f"{owner}: the state is not JSON-serialisable ({exc}): {preview(state)}"
+        ) from exc
 
 
 def preview(value: Any, limit: int = 120) -> str:

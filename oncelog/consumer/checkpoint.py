@@ -355,7 +355,7 @@ class CheckpointStore:
         rel = self.relative_path(seq)
         where = self.path(seq)
         try:
-            data = self.client.read_object(rel)
+            data = self.client.meta.read(rel)
         except Exception as exc:  # an unreadable object: never silently start over
             raise CheckpointError(
                 f"cannot read consumer checkpoint {where}: {type(exc).__name__}: {exc}"
@@ -473,7 +473,7 @@ class CheckpointStore:
         seqs = self.seqs()
         doomed = seqs[:-keep]
         for seq in doomed:
-            self.client.delete_object(self.relative_path(seq))
+            self.client.meta.delete(self.relative_path(seq))
         if seqs:
             self.prune_state(seqs[-keep:])
         return doomed
@@ -490,7 +490,7 @@ class CheckpointStore:
         )
 
         directory = state_directory(self.directory)
-        if not kept or not self.client.list_objects(directory):
+        if not kept or not self.client.meta.list(directory):
             return []
         referenced: set[str] = set()
         for seq in kept:
@@ -534,17 +534,17 @@ class CheckpointStore:
             "created": _now().isoformat(),
             "token": new_token(),
         }
-        self.client.put_if_absent(self.tombstone_relative_path(top), orjson.dumps(doc))
+        self.client.meta.put_if_absent(self.tombstone_relative_path(top), orjson.dumps(doc))
         for seq in [*listing.seqs, top]:
-            self.client.delete_object(self.relative_path(seq))
+            self.client.meta.delete(self.relative_path(seq))
         from oncelog.consumer.state import state_directory
 
         state_dir = state_directory(self.directory)
-        for name in self.client.list_objects(state_dir):
-            self.client.delete_object(f"{state_dir}/{name}")
+        for name in self.client.meta.list(state_dir):
+            self.client.meta.delete(f"{state_dir}/{name}")
         for floor in listing.floors:
             if floor < top:
-                self.client.delete_object(self.tombstone_relative_path(floor))
+                self.client.meta.delete(self.tombstone_relative_path(floor))
         return listing.seqs
 
 
@@ -572,7 +572,7 @@ def read_group_info(client: "JournalClient", group: str) -> GroupInfo | None:
     rel = _group_path(group)
     where = display_path(client, rel)
     try:
-        data = client.read_object(rel)
+        data = client.meta.read(rel)
     except Exception as exc:
         raise CheckpointError(
             f"cannot read consumer group descriptor {where}: {type(exc).__name__}: {exc}"
@@ -606,7 +606,7 @@ def ensure_group(client: "JournalClient", group: str, shards: int) -> GroupInfo:
             "created": info.created.isoformat(),
             "token": new_token(),  # unique bytes per attempt: see put_if_absent
         }
-        if client.put_if_absent(_group_path(group), orjson.dumps(doc)):
+        if client.meta.put_if_absent(_group_path(group), orjson.dumps(doc)):
             return info
         existing = read_group_info(client, group)
         if existing is None:
@@ -622,12 +622,12 @@ def ensure_group(client: "JournalClient", group: str, shards: int) -> GroupInfo:
 
 def list_group_names(client: "JournalClient") -> list[str]:
     """Names of the consumer groups with a descriptor in this store, sorted."""
-    return sorted(n[: -len(".json")] for n in client.list_objects("groups") if n.endswith(".json"))
+    return sorted(n[: -len(".json")] for n in client.meta.list("groups") if n.endswith(".json"))
 
 
 def delete_group_info(client: "JournalClient", group: str) -> None:
     """Remove the group's descriptor."""
-    client.delete_object(_group_path(group))
+    client.meta.delete(_group_path(group))
 
 
 def intents_journals(intents: Iterable[AckIntent]) -> list[str]:

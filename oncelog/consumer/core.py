@@ -9,15 +9,16 @@ pruning removed it: this instance is a zombie), and only then appends the ACK
 intents. Gazette's consumer semantics; docs/consumers.md explains why this is
 exactly-once across crashes, zombies and pruning.
 
-A `Consumer` is three parts, one module each: its options (`_options`), input reading
-(`_input`) and the commit pipeline (`_commit`); this module holds the public names,
-recovery and the `run()` loop.
+A `Consumer` is a composition: it holds its options (`_options.ConsumerOptions`), one input
+reader (`_input.InputReader`: journals, Sequencer, handler calls) and one commit pipeline
+(`_commit.CommitPipeline`: checkpoints, state objects, ACK intents, on a commit thread),
+and wires them; each part owns its fields and is used through its methods only. This
+module holds the public names, recovery and the `run()` loop.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
@@ -25,15 +26,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from oncelog.consumer._commit import CommitPipeline
-from oncelog.consumer._input import InputReading, _Input
+from oncelog.consumer._base import Stages, StopRequest, encode_state
+from oncelog.consumer._commit import MAX_PENDING, CommitPipeline
+from oncelog.consumer._input import InputReader, ReadProgress
 from oncelog.consumer._options import consumer_options
-from oncelog.consumer._trimmed import (
-    CheckpointTrimmed,
-    find_trimmed,
-    first_available_offset,
-    skip_trimmed,
-)
+from oncelog.consumer._trimmed import CheckpointTrimmed, find_trimmed, skip_trimmed
 from oncelog.consumer.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -45,11 +42,11 @@ from oncelog.consumer.checkpoint import (
     validate_group_name,
 )
 from oncelog.consumer.metrics import ConsumerMetrics
-from oncelog.consumer.shards import shard_journals
-from oncelog.consumer.sink import SinkWriter, SQLiteSink
+from oncelog.consumer.sink import SinkWriter, SQLiteSink, SQLiteSinkEngine
 from oncelog.consumer.state import (
     KV,
     SQLiteState,
+    SQLiteStateEngine,
     StateObjectMissing,
     is_sqlite_ref,
 )
@@ -57,7 +54,6 @@ from oncelog.journal.errors import OffsetNotAvailable
 from oncelog.labels import LabelSelector
 from oncelog.message import Envelope, Message
 from oncelog.publisher import AckIntent, Mapping, Publisher
-from oncelog.sequencer import Sequencer
 
 if TYPE_CHECKING:
     from oncelog.journal import AsyncAppend, JournalClient
@@ -108,20 +104,20 @@ RECOVERY_ATTEMPTS = 8
 
 
 class Transaction:
-    """One consumer transaction: its outputs, the group's state, and how far it has come."""
+    """One consumer transaction: its outputs, the group's state, and how far it has come.
 
-    __slots__ = (
-        "_consumer", "state", "kv", "seq", "messages", "started", "deadline", "_closing",
-        "_idle",
-    )
+    Made by its `Consumer` (this module) for each transaction. How far reading has come
+    (closing, idle, the deadline) lives in a `ReadProgress` the transaction creates and
+    the consumer hands to its input reader; `close()` sets it."""
+
+    __slots__ = ("_consumer", "_progress", "state", "kv", "seq", "messages", "started")
 
     def __init__(self, consumer: Consumer, state: Any, seq: int, max_duration: float) -> None:
         self._consumer = consumer
         self.state = state
         """The group's JSON-serialisable state: mutate it, or assign a new one (None with
         `state=SQLiteState()`: use `kv`)."""
-        engine = consumer._engine
-        self.kv: KV | None = None if engine is None else engine.kv
+        self.kv: KV | None = consumer.kv
         """With `state=SQLiteState()`: the group's key-value state (writes commit with
         this transaction, or are undone if it aborts); None with JSON state."""
         self.seq = seq
@@ -129,9 +125,16 @@ class Transaction:
         self.messages = 0
         """Messages handed to the handler so far."""
         self.started = time.monotonic()
-        self.deadline = self.started + max_duration
-        self._closing = False
-        self._idle = False
+        self._progress = ReadProgress(self.started + max_duration)
+
+    @property
+    def deadline(self) -> float:
+        """When (`time.monotonic()`) this transaction stops reading and commits."""
+        return self._progress.deadline
+
+    @deadline.setter
+    def deadline(self, value: float) -> None:
+        self._progress.deadline = value
 
     @property
     def group(self) -> str:
@@ -142,10 +145,7 @@ class Transaction:
     def sink(self) -> SinkWriter:
         """With `sink=SQLiteSink(...)`: record output statements, applied exactly once
         with this transaction's commit (oncelog.consumer.sink)."""
-        engine = self._consumer._sink
-        if engine is None:
-            raise ConsumerError("this consumer has no sink: pass sink=SQLiteSink(path)")
-        return engine.writer
+        return self._consumer._sink_writer()
 
     @property
     def shard(self) -> int | None:
@@ -162,13 +162,13 @@ class Transaction:
 
     def close(self) -> None:
         """Commit once the current committed input sequence is consumed (don't read more)."""
-        self._closing = True
+        self._progress.closing = True
 
     def __repr__(self) -> str:
         return f"Transaction(group={self.group!r}, seq={self.seq}, messages={self.messages})"
 
 
-class Consumer(InputReading, CommitPipeline):
+class Consumer:
     """An exactly-once consumer of a group's journals (a label selector or a list of names).
 
     `run()` consumes in transactions of at most `max_messages` messages and
@@ -193,6 +193,17 @@ class Consumer(InputReading, CommitPipeline):
     "skip" goes on from the first available offset and logs a warning saying what was
     skipped (journal, offsets, bytes, transactions left incomplete). A trim while `run()`
     reads makes it recover once, which applies the same policy.
+
+    Structure: a consumer holds one `InputReader` (`_reader`: the journals read, where,
+    the Sequencer) and one `CommitPipeline` (`_pipeline`: the checkpoint store, the
+    publisher, the last checkpoint, the commits in flight, whether fenced out), and owns
+    the rest: the options, the handlers, the state and sink engines (opened here, loaded
+    by recovery, released by `close()`), the state between transactions (`_state`), the
+    stage hook (`_stages`, shared with both parts) and the stop request (`_stop`, shared
+    with the reader). Every field is used from the thread calling `run()`, except what
+    the pipeline's commit thread uses (see `CommitPipeline`), and `_stop`, which `stop()`
+    sets from any thread. Recovery (here) drives both parts: it claims the checkpoint
+    through the pipeline's store, then `start`s the reader and the pipeline.
     """
 
     def __init__(
@@ -234,23 +245,22 @@ class Consumer(InputReading, CommitPipeline):
             prune_horizon=prune_horizon, keep_checkpoints=keep_checkpoints, buffer=buffer,
             read_batch=read_batch, split_upstream=split_upstream, on_trimmed=on_trimmed,
         )
-        self._selector: LabelSelector | None = options.selector
-        self._names = options.names
         self.shards = shards
         self.shard: int | None = options.shard
-        self._store = CheckpointStore(client, group, self.shard, shards)
+        store = CheckpointStore(client, group, self.shard, shards)
+        self._engine: SQLiteStateEngine | None
         if state == "json":
             self._engine = None
         elif isinstance(state, SQLiteState):
             if initial_state is not None:
                 raise ValueError("initial_state is for JSON state: SQLite state starts empty")
-            self._engine = state.open(client, self._store.directory)
+            self._engine = state.open(client, store.directory)
         else:
             raise ValueError(f"state must be 'json' or a SQLiteState, not {state!r}")
         if sink is not None and not isinstance(sink, SQLiteSink):
             raise TypeError(f"sink must be a SQLiteSink, not {sink!r}")
-        self._sink = (
-            None if sink is None else sink.open(client, self._store.directory, group, self.shard)
+        self._sink: SQLiteSinkEngine | None = (
+            None if sink is None else sink.open(client, store.directory, group, self.shard)
         )
         self._handler = handler
         self._batch_handler = batch_handler
@@ -258,27 +268,46 @@ class Consumer(InputReading, CommitPipeline):
         self._initial_state = initial_state
         if lazy and new_message is not None:
             raise ValueError("lazy=True reads JSONLine messages: it cannot take new_message")
-        self._new_message = new_message
-        self._lazy = bool(lazy)
-        self._on_stage = on_stage
+        self._stages = Stages(on_stage)
+        self._stop = StopRequest()
+        labels = ConsumerMetrics.labels(self.group, self.shard)
         self._metrics = metrics
-        self._labels = ConsumerMetrics.labels(self.group, self.shard)
+        self._labels = labels
+        self._state: Any = None
+        """The state between transactions (set by recovery, and by each transaction)."""
+        self._reader = InputReader(
+            client, options, new_message=new_message, lazy=bool(lazy), stages=self._stages,
+            stop=self._stop,
+        )
+        self._pipeline = CommitPipeline(
+            client, store, options, owner=repr(self), engine=self._engine, sink=self._sink,
+            stages=self._stages, metrics=metrics, labels=labels,
+        )
 
-        # Set by recover(); _seq is None whenever the consumer must recover before reading.
-        self._seq = None
-        self._publisher = None
-        self._checkpoint = None
-        self._state = None
-        self._positions = {}
-        self._inputs = {}
-        self._dirty = False
-        self._txn = None  # the open transaction (read by _feed)
-        self._carry = None
-        self._init_pipeline()
-        self._last_refresh = 0.0
-        self._fenced = None
-        self._stopping = False
-        self._stop_event = threading.Event()
+    # ------------------------------------------------------- hooks (for tests only)
+
+    @property
+    def _on_stage(self) -> Callable[[str], None] | None:
+        """The `on_stage` hook; tests replace it between runs (both parts see the change)."""
+        return self._stages.hook
+
+    @_on_stage.setter
+    def _on_stage(self, hook: Callable[[str], None] | None) -> None:
+        self._stages.hook = hook
+
+    @property
+    def _store(self) -> CheckpointStore:
+        """The checkpoint store (the pipeline's); tests wrap it before recovering."""
+        return self._pipeline.store
+
+    @_store.setter
+    def _store(self, store: CheckpointStore) -> None:
+        self._pipeline.store = store
+
+    @property
+    def _checkpoint(self) -> Checkpoint | None:
+        """The last checkpoint claimed or submitted (the pipeline's)."""
+        return self._pipeline.checkpoint
 
     # ------------------------------------------------------------------ options
 
@@ -341,12 +370,13 @@ class Consumer(InputReading, CommitPipeline):
     @property
     def fenced(self) -> bool:
         """True once another instance of the group has committed over this one."""
-        return self._fenced is not None
+        return self._pipeline.fenced is not None
 
     @property
     def checkpoint_seq(self) -> int:
         """The number of the last checkpoint this instance wrote (0 before recovery)."""
-        return 0 if self._checkpoint is None else self._checkpoint.seq
+        checkpoint = self._pipeline.checkpoint
+        return 0 if checkpoint is None else checkpoint.seq
 
     @property
     def state(self) -> Any:
@@ -361,20 +391,18 @@ class Consumer(InputReading, CommitPipeline):
     @property
     def producer_id(self) -> bytes | None:
         """The producer ID of this instance's outputs (a new one at each recovery)."""
-        return None if self._publisher is None else self._publisher.producer_id
+        publisher = self._pipeline.publisher
+        return None if publisher is None else publisher.producer_id
 
     @property
     def journals(self) -> list[str]:
         """The journals this consumer currently reads."""
-        return list(self._inputs)
+        return self._reader.journals()
 
     @property
     def positions(self) -> dict[str, int]:
         """Per journal, the offset up to which messages have been read."""
-        out = dict(self._positions)
-        if self._seq is not None:
-            out.update(self._seq.offsets)
-        return out
+        return self._reader.positions()
 
     # ----------------------------------------------------------------- recovery
 
@@ -394,33 +422,34 @@ class Consumer(InputReading, CommitPipeline):
         appended; the next recovery settles it either way.
         """
         self._check_not_fenced()
-        self._close_inputs()
-        self._seq = None
+        reader, pipeline = self._reader, self._pipeline
+        reader.close()
         ensure_group(self.client, self.group, self.shards)
-        journals = self._discover()
+        journals = reader.discover()
         refused: list[str] = []
+        store = pipeline.store
         for _ in range(RECOVERY_ATTEMPTS):
-            latest, floor = self._store.latest_and_floor()
+            latest, floor = store.latest_and_floor()
             if latest is None:
                 # Nothing yet, or a deleted group's tombstone: start from scratch above it.
                 base = Checkpoint(self.group, floor, shard=self.shard, shards=self.shards)
                 intents: list[AckIntent] = []
             else:
                 base = latest
-                intents = recoverable_intents(self.client, latest, self._store.path(latest.seq))
+                intents = recoverable_intents(self.client, latest, store.path(latest.seq))
             sink_data = None
             if self._sink is not None:
                 # The statements recovery re-applies, read (and checked) before the claim.
-                sink_data = self._sink.load(base.sink, self._store.path(base.seq))
+                sink_data = self._sink.load(base.sink, store.path(base.seq))
             if self._engine is not None:
                 # Rebuild the local database before anything is written (a corrupt reference
                 # raises with nothing written); an object pruned since `latest` was read
                 # means a newer checkpoint exists: retry from it.
                 ref = base.state if base.has_state else None
                 try:
-                    self._engine.load(ref, self._store.path(base.seq))
+                    self._engine.load(ref, store.path(base.seq))
                 except StateObjectMissing as exc:
-                    above = self._store.superseded(base.seq)
+                    above = store.superseded(base.seq)
                     if above is None:
                         raise
                     refused.append(f"{exc}; {above}")
@@ -433,25 +462,25 @@ class Consumer(InputReading, CommitPipeline):
             if trimmed:
                 if self._options.on_trimmed == "error":
                     raise CheckpointTrimmed(
-                        self.group, self.shard, self._store.path(base.seq), trimmed
+                        self.group, self.shard, store.path(base.seq), trimmed
                     )
                 offsets, producers, reason = skip_trimmed(self.group, base, trimmed)
             publisher = Publisher(self.client)
             for journal in journals:
                 if journal not in offsets:
-                    offsets[journal] = self._start_offset(journal)
+                    offsets[journal] = reader.start_offset(journal)
             if self._engine is not None:
                 state = self._engine.ref if base.has_state else None
                 has_state = state is not None
             else:
                 if base.has_state and is_sqlite_ref(base.state):
                     raise ConsumerError(
-                        f"{self!r}: checkpoint {self._store.path(base.seq)} holds SQLite state:"
+                        f"{self!r}: checkpoint {store.path(base.seq)} holds SQLite state:"
                         " run this group with state=SQLiteState() (or reset it)"
                     )
                 state = base.state if base.has_state else self._initial_state
                 has_state = True
-            state_json = self._encode_state(state)
+            state_json = encode_state(state, repr(self))
             cp = base.successor(
                 offsets=offsets,
                 producers=producers,
@@ -461,7 +490,7 @@ class Consumer(InputReading, CommitPipeline):
                 reason=reason,
                 writer=publisher.producer_id,
             )
-            why = self._store.claim(cp, cp.to_json(state_json))
+            why = store.claim(cp, cp.to_json(state_json))
             if why is None:
                 break
             refused.append(why)
@@ -476,57 +505,20 @@ class Consumer(InputReading, CommitPipeline):
                 "%r: re-appending the ACK intents of checkpoint %d to %s",
                 self, cp.seq - 1, intents_journals(cp.ack_intents),
             )
-        self._append_intents(cp.ack_intents)
+        pipeline.append_intents(cp.ack_intents)
         if self._sink is not None:
             self._sink.rollback()
             if sink_data is not None:
                 # The latest commit's statements, unless the database has them (fenced).
-                self._sink.apply(sink_data, self._store.path(cp.seq - 1))
+                self._sink.apply(sink_data, store.path(cp.seq - 1))
         # A fresh copy, typed as any later recovery would see it (tuples become lists...).
         self._state = None if self._engine is not None else orjson.loads(state_json)
-        self._seq = Sequencer(cp.offsets, cp.producers, self._options.buffer)
-        self._positions = dict(cp.offsets)
-        self._inputs = {j: _Input(j, offsets[j]) for j in journals}
-        self._publisher = publisher
-        self._checkpoint = cp
-        self._dirty = False
-        self._last_refresh = time.monotonic()
+        reader.start(cp.offsets, cp.producers, journals)
+        pipeline.start(cp, publisher)
         if self._metrics is not None:
             self._metrics.recovered(self._labels, cp.seq)
-        self._stage("recovered")
+        self._stages("recovered")
         return cp.seq
-
-    def _discover(self) -> list[str]:
-        if self._selector is None:
-            names = list(self._names)
-        else:
-            names = [spec.name for spec in self.client.list(self._selector)]
-        if self.shard is not None:
-            names = shard_journals(names, self.shard, self.shards)
-        return names
-
-    def _start_offset(self, journal: str) -> int:
-        """Where a journal new to the group is read from: its first available offset
-        (0 unless trimmed: a checkpoint never records an offset below what the journal
-        held when it was written) or its head."""
-        if self.start == "beginning":
-            return first_available_offset(self.client, journal)
-        return self.client.head(journal)
-
-    def _refresh_journals(self) -> None:
-        """Pick up journals newly matching the selector (and drop ones that stopped matching)."""
-        self._last_refresh = time.monotonic()
-        journals = self._discover()
-        wanted = set(journals)
-        for journal in [j for j in self._inputs if j not in wanted]:
-            self._inputs.pop(journal).close()
-        for journal in journals:
-            if journal not in self._inputs:
-                offset = self.positions.get(journal)
-                if offset is None:
-                    offset = self._positions[journal] = self._start_offset(journal)
-                    self._dirty = True
-                self._inputs[journal] = _Input(journal, offset)
 
     # ------------------------------------------------------------------ running
 
@@ -540,18 +532,20 @@ class Consumer(InputReading, CommitPipeline):
         raises FencedOut, for good.
         """
         self._check_not_fenced()
+        reader, pipeline, stop = self._reader, self._pipeline, self._stop
         committed = 0
         trim_retried = False
         try:
-            while not self._stopping:
-                if self._seq is None:
+            while not stop.requested:
+                if not reader.started:
                     self.recover()
                 txn = self._begin()
                 try:
                     if self._batch_handler is not None:
-                        self._fill_batches(txn)
+                        idle = reader.fill_batches(txn, self._batch_handler)
                     else:
-                        self._fill(txn)
+                        assert self._handler is not None
+                        idle = reader.fill(txn, self._handler)
                 except OffsetNotAvailable:
                     # Trimmed while reading: recover once, applying `on_trimmed`.
                     self._state = txn.state
@@ -565,50 +559,96 @@ class Consumer(InputReading, CommitPipeline):
                     self._abort(rollback=True)
                     raise
                 self._state = txn.state
-                publisher = self._publisher
+                publisher = pipeline.publisher
                 assert publisher is not None
-                if txn.messages or self._dirty or publisher.pending_journals():
+                if txn.messages or reader.dirty or publisher.pending_journals():
                     self._commit(txn)
                     committed += 1
                     trim_retried = False
                 if max_transactions is not None and committed >= max_transactions:
                     break
-                if txn._idle:
-                    self._await_commit()
+                if idle:
+                    self._await_commits()
                     if until_idle:
                         break
-                    self._stop_event.wait(self.poll_interval)
-            self._await_commit()
+                    stop.wait(self.poll_interval)
+            self._await_commits()
         finally:
-            self._stopping = False
-            self._stop_event.clear()
+            stop.clear()
         return committed
 
     def stop(self) -> None:
         """Ask `run()` (in another thread) to commit the open transaction and return."""
-        self._stopping = True
-        self._stop_event.set()
+        self._stop.set()
 
     def _begin(self) -> Transaction:
-        if self._selector is not None and self._carry is None and (
-            time.monotonic() - self._last_refresh >= self.refresh_interval
-        ):
-            self._refresh_journals()  # (not while a carried iterator holds the inputs)
-        for inp in self._inputs.values():
-            inp.exhausted = False  # look for new data at the head again
+        self._reader.refresh_if_due()  # (before the transaction's clock starts)
         txn = Transaction(self, self._state, self.checkpoint_seq + 1, self.max_duration)
-        self._txn = txn
+        self._reader.begin(txn._progress)
         return txn
+
+    def _publish(self, mapping: Mapping, msg: Message) -> AsyncAppend:
+        """`Transaction.publish`: an output of the open transaction, through the pipeline."""
+        return self._pipeline.publish(mapping, msg)
+
+    def _sink_writer(self) -> SinkWriter:
+        """`Transaction.sink`: the sink's writer; ConsumerError without a sink."""
+        if self._sink is None:
+            raise ConsumerError("this consumer has no sink: pass sink=SQLiteSink(path)")
+        return self._sink.writer
+
+    def _check_not_fenced(self) -> None:
+        self._pipeline.check_not_fenced()
+
+    def _commit(self, txn: Transaction) -> None:
+        """Close `txn` (its finalizer, its state and sink objects) and submit its commit,
+        which completes on the pipeline's commit thread while the next transactions read.
+        Anything raised before the submission aborts the consumer."""
+        pipeline = self._pipeline
+        try:
+            if self._finalize is not None:
+                self._finalize(txn)
+            self._state = txn.state
+            self._stages("finalized")
+            prepared = pipeline.prepare(self._state)
+            self._await_commits(leave=MAX_PENDING - 1)
+        except BaseException:
+            self._abort(rollback=True)
+            raise
+        offsets, producers = self._reader.checkpoint(self._options.prune_horizon)
+        pipeline.submit(prepared, offsets, producers, txn.messages)
+
+    def _await_commits(self, leave: int = 0) -> None:
+        """Wait until at most `leave` submitted commits are unfinished; raise the first
+        error, aborting the consumer (recovery settles what was written)."""
+        error = self._pipeline.await_commits(leave)
+        if error is not None:
+            self._abort(rollback=False)  # recovery re-appends what was checkpointed
+            raise error
+
+    def _abort(self, *, rollback: bool) -> None:
+        """Drop the open transaction; `run()` recovers from the last checkpoint next time.
+
+        Waits for every commit in flight first (never recover while this instance's
+        commits may still write); with `rollback`, rolls back the open transaction's
+        outputs (never when a commit may have claimed its checkpoint: `rollback=False`)."""
+        publisher = self._pipeline.abort()
+        self._reader.close()
+        if self._engine is not None:
+            self._engine.rollback()  # the open transaction's writes; recovery reloads
+        if self._sink is not None:
+            self._sink.rollback()
+        if rollback:
+            self._pipeline.roll_back(publisher)
 
     def close(self) -> None:
         """Wait for a commit in flight, then close the readers (an open, uncommitted
         transaction is abandoned: its outputs are never acknowledged)."""
         try:
-            self._await_commit()
+            self._await_commits()
         finally:
-            self._close_inputs()
-            self._seq = None
-            self._publisher = None
+            self._reader.close()
+            self._pipeline.drop_publisher()
             if self._sink is not None:
                 self._sink.close()  # (reopened by the next recovery if run() again)
             if self._engine is not None:

@@ -192,11 +192,11 @@ def offset_at_time(
     the scan reads the bytes written since about `when - skew`, up to the first match.
     Messages without a time (nil UUIDs) and acknowledgements are stepped over.
     """
-    from oncelog.reading import _clock_of, read_uncommitted
+    from oncelog.reading import clock_of_bound, read_uncommitted
 
     if not isinstance(when, datetime) or when.tzinfo is None:
         raise ValueError(f"when must be a timezone-aware datetime, not {when!r}")
-    low = _clock_of(when)
+    low = clock_of_bound(when)
     threshold = when.timestamp() - skew.total_seconds()
     head = client.head(journal)
     start = head

@@ -168,7 +168,7 @@ class SQLiteSinkEngine:
             and object_seq(ref["name"]) == ref["seq"]
         ):
             raise CheckpointError(f"corrupt consumer checkpoint {where}: bad sink {ref!r}")
-        data = self.client.read_object(f"{self.directory}/{ref['name']}")
+        data = self.client.meta.read(f"{self.directory}/{ref['name']}")
         if data is None:
             raise CheckpointError(
                 f"consumer checkpoint {where} references sink statements"

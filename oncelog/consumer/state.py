@@ -306,7 +306,7 @@ class BackgroundWrite:
         self, client: JournalClient, data: bytes, stage: Callable[[str], None] | None
     ) -> None:
         try:
-            if not client.put_if_absent(self.path, data):
+            if not client.meta.put_if_absent(self.path, data):
                 raise ConsumerError(f"state snapshot {self.path} exists already")
             if stage is not None:
                 stage("snapshot")
@@ -556,7 +556,7 @@ class SQLiteStateEngine:
                 f"corrupt consumer checkpoint {where}: bad state object name {name!r}"
             )
         try:
-            data = self.client.read_object(f"{self.directory}/{name}")
+            data = self.client.meta.read(f"{self.directory}/{name}")
         except Exception as exc:  # an unreadable object: named, never a different state
             raise CheckpointError(
                 f"cannot read state object {self.object_path(name)} (referenced by {where}):"
@@ -633,13 +633,13 @@ def prune_state_objects(
     checkpoints references (`referenced`) and that are numbered below `below` (the oldest
     kept checkpoint's number); returns their names. See the module docstring for why this
     is safe."""
-    names = client.list_objects(directory)
+    names = client.meta.list(directory)
     if not names:
         return []
     doomed = []
     for name in names:
         seq = object_seq(name)
         if seq is not None and seq < below and name not in referenced:
-            client.delete_object(f"{directory}/{name}")
+            client.meta.delete(f"{directory}/{name}")
             doomed.append(name)
     return doomed

@@ -11,10 +11,11 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import accumulate, islice, repeat
+from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from oncelog.framing.errors import (
@@ -115,6 +116,10 @@ class Framing(Protocol):
 
 _registry: dict[str, Framing] = {}
 _registry_lock = threading.Lock()
+
+registered: Mapping[str, Framing] = MappingProxyType(_registry)
+"""A read-only, live view of the registry by normalised content type (lower case, no
+parameters): a dict lookup for hot paths that already hold a normalised type."""
 
 
 def _normalize(content_type: str) -> str:

@@ -731,22 +731,6 @@ class JournalClient:
         oncelog.coordination)."""
         return MetaStore.of(self)
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        """`client.meta.put_if_absent(path, data)`: see MetaStore."""
-        return self.meta.put_if_absent(path, data)
-
-    def read_object(self, path: str) -> bytes | None:
-        """`client.meta.read(path)`: see MetaStore."""
-        return self.meta.read(path)
-
-    def list_objects(self, directory: str, after: str | None = None) -> builtins.list[str]:
-        """`client.meta.list(directory, after)`: see MetaStore."""
-        return self.meta.list(directory, after)
-
-    def delete_object(self, path: str) -> None:
-        """`client.meta.delete(path)`: see MetaStore."""
-        self.meta.delete(path)
-
     # -- life cycle -----------------------------------------------------------------------------
 
     def _check_open(self) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from oncelog.journal.extensions import register_extension
 from oncelog.tables.delta import ExportResult, export_delta
 from oncelog.tables.errors import ExportError, SegmentError, SegmentWarning, TablesError
-from oncelog.tables.merge_on_read import dataset
+from oncelog.tables.query import dataset
 from oncelog.tables.segments import ARROW_SCHEMA_LABEL, SEGMENTS_LABEL
 
 if TYPE_CHECKING:

@@ -316,10 +316,24 @@ def read_range(
 
 
 def in_commit_order(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    """The batches as one table sorted by (commit_offset, begin)."""
-    from oncelog.arrow import _table
+    """The batches as one table sorted by (commit_offset, begin) (`read_committed`'s order)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    return _table(list(batches), schema)
+    if not batches:
+        return schema.empty_table()
+    table = pa.Table.from_batches(list(batches))
+    n = table.num_rows
+    if n < 2:
+        return table
+    commits = table.column("commit_offset").combine_chunks()
+    begins = table.column("begin").combine_chunks()
+    c0, c1 = commits.slice(0, n - 1), commits.slice(1)
+    b0, b1 = begins.slice(0, n - 1), begins.slice(1)
+    ordered = pc.or_(pc.less(c0, c1), pc.and_(pc.equal(c0, c1), pc.less(b0, b1)))
+    if pc.all(ordered).as_py():
+        return table
+    return table.sort_by([("commit_offset", "ascending"), ("begin", "ascending")])
 
 
 def declared_schema(spec: JournalSpec) -> pa.Schema | None:

@@ -29,6 +29,7 @@ from pyspark import cloudpickle
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from oncelog import transactions
+from oncelog.coordination import MetaStore
 from oncelog.journal import JournalSpec
 from oncelog.reading import read_committed
 from oncelog.spark import OncelogDataSource
@@ -314,7 +315,7 @@ def test_abort_after_a_recorded_commit_rolls_it_forward(
     writer = _writer(target, **({"write_id": "job-abort-2"} if write_id else {}))
     tasks = _tasks(writer, [{"id": 100 + i, "user": f"u{i}"} for i in range(6)])
     with monkeypatch.context() as patch:
-        patch.setattr(client.__class__, "put_if_absent", _refuse)
+        patch.setattr(MetaStore, "put_if_absent", _refuse)
         with pytest.raises(OSError):
             roundtrip(writer).commit(tasks)
     roundtrip(writer).abort(tasks)

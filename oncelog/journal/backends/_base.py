@@ -101,7 +101,7 @@ class Backend(Protocol):
     def missing_hint(self) -> str: ...
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
+def version_tuple(text: str) -> tuple[int, ...]:
     parts = []
     for piece in text.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())

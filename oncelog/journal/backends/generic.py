@@ -60,7 +60,7 @@ class GenericBackend(_Base):
             name = name[len(prefix):] if name.startswith(prefix) else name.rsplit("/", 1)[-1]
             if "/" in name or name.startswith(".tmp-"):
                 continue
-            out.append(ObjectInfo(name, int(info.get("size") or 0), _mtime(info)))
+            out.append(ObjectInfo(name, int(info.get("size") or 0), mtime_of(info)))
         out.sort(key=lambda o: o.name)
         return out
 
@@ -80,7 +80,7 @@ class GenericBackend(_Base):
             rel = name[len(prefix):]
             if rel.rsplit("/", 1)[-1].startswith(".tmp-"):
                 continue
-            out.append(ObjectInfo(rel, int(info.get("size") or 0), _mtime(info)))
+            out.append(ObjectInfo(rel, int(info.get("size") or 0), mtime_of(info)))
         out.sort(key=lambda o: o.name)
         return out
 
@@ -104,7 +104,8 @@ class GenericBackend(_Base):
                 pass
 
 
-def _mtime(info: dict[str, Any]) -> float:
+def mtime_of(info: dict[str, Any]) -> float:
+    """An fsspec listing entry's modification time (Unix seconds), whatever key it uses."""
     for key in ("LastModified", "mtime", "last_modified", "created", "modified", "updated"):
         value = info.get(key)
         if value is None:

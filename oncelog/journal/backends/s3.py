@@ -7,8 +7,8 @@ from typing import Any, Iterable, Sequence, cast
 
 from fsspec import AbstractFileSystem
 
-from oncelog.journal.backends._base import MIN_S3FS_VERSION, ObjectInfo, _version_tuple
-from oncelog.journal.backends.generic import GenericBackend, _mtime
+from oncelog.journal.backends._base import MIN_S3FS_VERSION, ObjectInfo, version_tuple
+from oncelog.journal.backends.generic import GenericBackend, mtime_of
 from oncelog.journal.errors import StoreNotFound
 
 
@@ -29,7 +29,7 @@ class S3Backend(GenericBackend):
 
     @property
     def can_create(self) -> bool:
-        return _version_tuple(self._s3fs_version) >= MIN_S3FS_VERSION
+        return version_tuple(self._s3fs_version) >= MIN_S3FS_VERSION
 
     def _no_create_reason(self) -> str:
         return (
@@ -154,7 +154,7 @@ class S3Backend(GenericBackend):
 
     def list_dir(self, path: str) -> list[ObjectInfo]:
         out = [
-            ObjectInfo(c["Rel"], int(c.get("Size", 0)), _mtime(c))
+            ObjectInfo(c["Rel"], int(c.get("Size", 0)), mtime_of(c))
             for c in self._list(path, "/")
             if c["Rel"] and not c["Rel"].startswith(".tmp-")
         ]
@@ -166,7 +166,7 @@ class S3Backend(GenericBackend):
 
     def walk(self, path: str) -> list[ObjectInfo]:
         out = [
-            ObjectInfo(c["Rel"], int(c.get("Size", 0)), _mtime(c))
+            ObjectInfo(c["Rel"], int(c.get("Size", 0)), mtime_of(c))
             for c in self._list(path, "")
             if c["Rel"] and not c["Rel"].rsplit("/", 1)[-1].startswith(".tmp-")
         ]
