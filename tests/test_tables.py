@@ -28,6 +28,7 @@ from oncelog.journal.compaction import retire
 from oncelog.message import JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
+from oncelog.sequencer import Sequencer
 from oncelog.tables import SegmentWarning, dataset, merge_on_read
 from oncelog.tables.segments import (
     ARROW_SCHEMA_LABEL,
@@ -71,6 +72,9 @@ def assert_exact(client: JournalClient, name: str) -> tuple[pa.Table, pa.Table]:
     assert parsed.equals(from_frames(client, name, parse=True)), "parsed rows differ"
     envs = list(read_committed(client, name))
     assert text.column("begin").to_pylist() == [e.begin for e in envs]
+    # The same with a ring of one (every committed transaction replayed from the journal).
+    tiny = read_committed(client, name, sequencer=Sequencer(buffer=1))
+    assert [e.begin for e in tiny] == [e.begin for e in envs]
     assert text.column("end").to_pylist() == [e.end for e in envs]
     assert text.column("uuid").to_pylist() == [str(e.message.get_uuid()) for e in envs]
     docs = [{k: v for k, v in orjson.loads(m).items() if k != "uuid"}
