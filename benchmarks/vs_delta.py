@@ -17,7 +17,8 @@ repetition (which goes first alternates). Delta writes use idempotent app transa
 - compacted journal (columnar segments): the ingested journal compacted (`compact`, which
   writes its Parquet segments; timed against compacting the frames journal with segments
   turned off, `oncelog.dev/segments=off`), then read as Arrow
-  (`read_committed_arrow(parse=True)`), as dicts through Arrow (`.to_pylist()`) and as
+  (`read_committed_arrow(parse=True, columns=<the events' four fields>)`: the columns
+  Delta's table has), as dicts through Arrow (`.to_pylist()`) and as
   pandas (`.to_pandas()`, when pandas is installed), against Delta's
   `to_pyarrow_table()`, `.to_pylist()` and `to_pandas()`. Segment bytes are printed
   beside the JSON bytes they hold.
@@ -254,15 +255,20 @@ def segment_bytes(root: str) -> tuple[int, int]:
         return sum(r.size for r in records), sum(r.end - r.begin for r in records)
 
 
+DOC_FIELDS = ["user", "page", "ts", "n"]
+"""The events' fields: what Delta's table holds, and what the compacted reads ask for."""
+
+
 def oncelog_read_arrow_as(root: str, how: str) -> tuple[Cost, int]:
-    """read_committed_arrow(parse=True) then `how`: "arrow", "pylist" or "pandas"."""
+    """read_committed_arrow(parse=True, columns=the events' fields) then `how`: "arrow",
+    "pylist" or "pandas" (the same columns Delta's table has)."""
     from oncelog.arrow import read_committed_arrow
 
     cost = Cost()
 
     def read() -> int:
         with open_journals(root) as client:
-            table = read_committed_arrow(client, JOURNAL, parse=True)
+            table = read_committed_arrow(client, JOURNAL, parse=True, columns=DOC_FIELDS)
         if how == "pylist":
             return len(table.to_pylist())
         if how == "pandas":

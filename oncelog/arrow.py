@@ -13,7 +13,7 @@ time). Needs pyarrow only (the `arrow` extra, or `spark`): PySpark is never impo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oncelog.framing import CONTENT_TYPE_JSON_LINES
@@ -172,6 +172,7 @@ def read_committed_arrow(
     parse: bool = False,
     proto_class: str | None = None,
     chunk_bytes: int = 8 << 20,
+    columns: "Sequence[str] | None" = None,
 ) -> "pa.Table":
     """The committed messages of `journal` as one `pyarrow.Table` (see the module). With
     `parse=True`, a JSON-lines journal's `message` column is replaced by the documents'
@@ -181,10 +182,28 @@ def read_committed_arrow(
     any committed document does not fit those types exactly (another type, a new field),
     the committed documents' text is parsed as a whole instead, its types inferred from
     all of it. Fields the journal's `oncelog.dev/arrow-schema` label declares have the
-    types it gives.
+    types it gives. `columns`: only these columns, in this order (ValueError naming any the
+    table does not have).
 
     History sealed by compaction is read from the journal's columnar segments (see
-    oncelog.tables): the same rows, order and offsets, without decoding or parsing."""
+    oncelog.tables): the same rows, order and offsets, without decoding or parsing, and
+    with `columns`, decoding only those."""
+    from oncelog.tables.merge_on_read import select_columns
+
+    table = _read(client, journal, end, parse, proto_class, chunk_bytes, columns)
+    return select_columns(table, columns)
+
+
+def _read(
+    client: "JournalClient",
+    journal: str,
+    end: int | None,
+    parse: bool,
+    proto_class: str | None,
+    chunk_bytes: int,
+    columns: "Sequence[str] | None",
+) -> "pa.Table":
+    """read_committed_arrow, before `columns` are selected (segments select them already)."""
     import pyarrow as pa
     import pyarrow.json as pajson
 
@@ -200,7 +219,7 @@ def read_committed_arrow(
         # Sealed history from the journal's columnar segments, the rest from its frames.
         from oncelog.tables.merge_on_read import committed_table
 
-        merged = committed_table(client, journal, end=end, parse=parse)
+        merged = committed_table(client, journal, end=end, parse=parse, columns=columns)
         if merged is not None:
             return merged
     declared = None

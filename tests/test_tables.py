@@ -319,3 +319,25 @@ def test_schema_evolution_across_segments_unifies_columns(memory_store: StoreTar
         assert used_segments(client, name) == 2
         _, parsed = assert_exact(client, name)
         assert parsed.column("new").to_pylist() == [None] * 5 + ["x"] * 5
+
+
+def test_columns_read_only_what_is_asked(local_store: StoreTarget) -> None:
+    """`columns` gives the same projection through segments as through frames, in the
+    order asked; an unknown column is named."""
+    with local_store.open() as client:
+        name = new_journal(client)
+        rng = random.Random(9)
+        pubs = [Publisher(client) for _ in range(2)]
+        publish_some(client, name, rng, 30, pubs)
+        client.compact(name, retire_grace=0)
+        publish_some(client, name, rng, 10, pubs)  # a tail
+        wanted = ["user", "begin", "n"]
+        got = read_committed_arrow(client, name, parse=True, columns=wanted)
+        assert got.column_names == wanted
+        assert got.equals(from_frames(client, name, parse=True).select(wanted))
+        assert used_segments(client, name) == 1
+        text = read_committed_arrow(client, name, columns=["message", "uuid"])
+        assert text.equals(from_frames(client, name).select(["message", "uuid"]))
+        assert dataset(client, name, columns=["n"]).to_table().column_names == ["n"]
+        with pytest.raises(ValueError, match="'nope'"):
+            read_committed_arrow(client, name, parse=True, columns=["n", "nope"])

@@ -36,19 +36,21 @@ if TYPE_CHECKING:
 
     from oncelog.journal import JournalClient
 
-__all__ = ["committed_table", "usable_prefix"]
+__all__ = ["committed_table", "select_columns", "usable_prefix"]
 
 log = logging.getLogger(__name__)
 
 
 
 def _parts(
-    client: JournalClient, journal: str, end: int | None, skip_text: bool = False
+    client: JournalClient, journal: str, end: int | None, skip_text: bool = False,
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[list[pa.Table], int, pa.Schema] | None:
     """The journal's committed rows as tables in commit order (segments' rows, and rows read
     from fragments), how many came from segments, and the text schema; None when the
     journal has no segment a reader could use (then read it as before). `skip_text`:
-    segments holding documents as columns are read without their `message` text."""
+    segments holding documents as columns are read without their `message` text; `skip`:
+    nor these columns."""
     spec = client.get(journal)
     records, bad = segment_records(client, journal, spec.incarnation or "")
     for what in bad:
@@ -70,7 +72,9 @@ def _parts(
         rec = by_begin.get(position)
         if rec is not None and rec.matches(states):
             try:
-                table = read_segment(client, rec, skip_text=skip_text and rec.parsed)
+                table = read_segment(
+                    client, rec, skip_text=skip_text and rec.parsed, skip=skip
+                )
             except SegmentError as exc:
                 warnings.warn(f"{exc}; its range is read from the journal", SegmentWarning,
                               stacklevel=3)
@@ -152,37 +156,50 @@ def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],
 
 
 def committed_table(
-    client: JournalClient, journal: str, *, end: int | None = None, parse: bool = False
+    client: JournalClient,
+    journal: str,
+    *,
+    end: int | None = None,
+    parse: bool = False,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table | None:
-    """`read_committed_arrow(client, journal, end=end, parse=parse)` read through the
-    journal's segments, or None if it has none a reader could use."""
+    """`read_committed_arrow(client, journal, end=end, parse=parse, columns=columns)` read
+    through the journal's segments, or None if it has none a reader could use. With
+    `columns` and `parse`, segments decode only the columns asked for."""
     import pyarrow as pa
 
     spec = client.get(journal)
     declared = declared_schema(spec) if parse else None
-    found = _parts(client, journal, end, skip_text=parse)
+    skip: frozenset[str] = frozenset()
+    if columns is not None and parse:
+        from oncelog.spark.schema import METADATA_COLUMNS
+
+        skip = frozenset(n for n, _ in METADATA_COLUMNS if n not in columns)
+    found = _parts(client, journal, end, skip_text=parse, skip=skip)
     if found is None:
         return None
     parts, _, schema = found
     if parse:
-        meta_schema = pa.schema([f for f in schema if f.name != "message"])
-        metas = [p.drop_columns([c for c in ("message", "doc") if c in p.column_names])
-                 for p in parts]
+        meta_schema = pa.schema([f for f in schema if f.name not in ("message", *skip)])
+        metas = [p.select(meta_schema.names) for p in parts]
         meta = pa.concat_tables([m.cast(meta_schema) for m in metas])
-        if meta.num_rows == 0:
-            return meta
-        docs = _documents(parts, journal, meta.column_names, "uuid", declared)
+        if sum(p.num_rows for p in parts) == 0:  # (a table of no columns has no rows)
+            return select_columns(meta, columns)
+        all_meta = [f.name for f in schema if f.name != "message"]
+        docs = _documents(parts, journal, all_meta, "uuid", declared)
         if docs is not None:
-            for name in docs.column_names:
-                meta = meta.append_column(name, docs.column(name))
-            return meta
-        found = _parts(client, journal, end)  # the documents' text, to parse as a whole
+            # The documents' columns after the metadata's (of which `columns` may keep none).
+            for i, name in enumerate(meta.column_names):
+                docs = docs.add_column(i, name, meta.column(name))
+            return select_columns(docs, columns)
+        # The documents' text (every column), to parse as a whole below.
+        found = _parts(client, journal, end)
         assert found is not None
         parts = found[0]
     texts = [p.drop_columns(["doc"]) if "doc" in p.column_names else p for p in parts]
     table = pa.concat_tables([t.cast(schema) for t in texts]) if texts else schema.empty_table()
     if not parse:
-        return table
+        return select_columns(table, columns)
     meta = table.drop_columns(["message"])
     # As read_committed_arrow does when one pass cannot type every document: parse the
     # committed documents' text as a whole.
@@ -192,4 +209,17 @@ def committed_table(
     assert docs is not None  # strict: Arrow's error instead of None
     for name in docs.column_names:
         meta = meta.append_column(name, docs.column(name))
-    return meta
+    return select_columns(meta, columns)
+
+
+def select_columns(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    """`table` with only `columns`, in that order (all without); ValueError naming any
+    column the table does not have."""
+    if columns is None:
+        return table
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"no column {', '.join(map(repr, missing))} among {', '.join(table.column_names)}"
+        )
+    return table.select(list(columns))

@@ -238,11 +238,12 @@ def segment_records(
     return records, bad
 
 
-def read_segment(client: JournalClient, rec: SegmentRecord, *, skip_text: bool = False
-                 ) -> pa.Table:
+def read_segment(client: JournalClient, rec: SegmentRecord, *, skip_text: bool = False,
+                 skip: Iterable[str] = ()) -> pa.Table:
     """The rows of segment `rec`, checked against its size and CRC-32C; SegmentError
     naming the segment if it is missing, damaged or unreadable. `skip_text`: without the
-    `message` column (the documents' text; their fields are in `doc`)."""
+    `message` column (the documents' text; their fields are in `doc`); `skip`: without
+    these columns either (Parquet decodes only what is read)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -257,8 +258,9 @@ def read_segment(client: JournalClient, rec: SegmentRecord, *, skip_text: bool =
     try:
         source = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
         names = source.schema_arrow.names
+        left_out = {*skip, *(["message"] if skip_text else [])}
         table = source.read(
-            columns=[n for n in names if n != "message"] if skip_text else None
+            columns=[n for n in names if n not in left_out] if left_out else None
         )
     except (pa.ArrowException, OSError) as exc:
         raise SegmentError(f"{rec.describe()}: unreadable: {exc}") from None
