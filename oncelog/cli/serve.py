@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -50,6 +51,9 @@ DEFAULT_LISTEN = "127.0.0.1:7470"
               type=click.IntRange(min=1), help="Largest message payload accepted.")
 @click.option("--max-request-bytes", default=4 << 20, show_default=True,
               type=click.IntRange(min=1024), help="Largest gRPC request accepted.")
+@click.option("--metrics-listen", default="", metavar="HOST:PORT",
+              help="Serve Prometheus metrics over HTTP here (port 0: any free port; needs "
+                   "oncelog[metrics]). Prints `metrics on HOST:PORT`.")
 @pass_state
 def serve(
     state: State,
@@ -67,6 +71,7 @@ def serve(
     tick: float,
     max_message_bytes: int,
     max_request_bytes: int,
+    metrics_listen: str,
 ) -> None:
     """Run a streaming node: channels produced to and consumed from over gRPC."""
     try:
@@ -89,11 +94,13 @@ def serve(
         heartbeat_interval=heartbeat, lease_timeout=lease, failover=failover,
         tick_interval=tick, take=list(take),
     )
+    metrics, metrics_server = _metrics(metrics_listen) if metrics_listen else (None, None)
     client = state.client()
     server, node, bound = start(
         client, listen, config,
         tls_cert=tls_cert.read_bytes() if tls_cert else None,
         tls_key=tls_key.read_bytes() if tls_key else None,
+        metrics=metrics,
     )
     stop = threading.Event()
 
@@ -104,7 +111,32 @@ def serve(
     signal.signal(signal.SIGINT, on_signal)
     scheme = "tls" if tls_cert else "plaintext"
     print(f"listening on {bound} ({scheme}, node {config.node_id})", flush=True)
+    if metrics_server is not None:
+        host = metrics_listen.rsplit(":", 1)[0]
+        print(f"metrics on {host}:{metrics_server.server_port}", flush=True)
     stop.wait()
     node.close()
     server.stop(grace=2).wait()
+    if metrics_server is not None:
+        metrics_server.shutdown()
     print("stopped", file=sys.stderr, flush=True)
+
+
+def _metrics(listen: str) -> tuple[Any, Any]:
+    """The node's metrics in a registry of their own, served over HTTP on `listen`
+    (`HOST:PORT`): (NodeMetrics, the HTTP server)."""
+    try:
+        import prometheus_client as prom
+
+        from oncelog.streaming.node import NodeMetrics
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise click.ClickException(
+            f"--metrics-listen needs prometheus_client: pip install 'oncelog[metrics]' ({exc})"
+        ) from None
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise click.UsageError(f"--metrics-listen takes HOST:PORT, not {listen!r}")
+    registry = prom.CollectorRegistry()
+    metrics = NodeMetrics(registry)
+    server, _ = prom.start_http_server(int(port), host or "127.0.0.1", registry)
+    return metrics, server

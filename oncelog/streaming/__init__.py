@@ -16,6 +16,7 @@ from oncelog.streaming.errors import Code, StreamingError
 if TYPE_CHECKING:
     from oncelog.streaming.client import (
         ChannelDescription,
+        ChannelWatch,
         ConsumedMessage,
         DeliverAll,
         DeliverLatest,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChannelDescription",
+    "ChannelWatch",
     "Code",
     "ConsumedMessage",
     "DeliverAll",

@@ -3,11 +3,13 @@
 `connect(addresses, token=...)` gives a `StreamingClient`:
 
 - `append(channel, msg, vchannel=...)`, `append_async`, `append_messages` (one atomic
-  request), `broadcast(channels, msg)` (atomic across channels of one node),
+  request, or with `atomic=False` one result per message), `broadcast(channels, msg)`
+  (atomic across channels of one node; channels of several nodes are refused at once),
 - `txn(channel, vchannel, keepalive)` with `append` / `commit` / `rollback`,
 - `read(channel, policy, filters)`: a `Scanner` (an iterator with `close()`),
 - channel management: `create_channel`, `describe_channel`, `destroy_channel`,
-  `assign_channel`.
+  `assign_channel`, `unassign_channel` (a graceful hand-over), `watch_channels` (ownership
+  changes as a stream; producers follow a new owner through it).
 
 Exactly once across failover: the client stamps every message with a Gazette UUID of its own
 producer (one per channel, clocks growing in send order) before sending it. When a node is
@@ -26,6 +28,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -33,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, Literal, NoReturn, Self, overload
 
 import grpc
 
@@ -51,6 +54,7 @@ from oncelog.streaming.errors import RETRIABLE, Code, StreamingError
 
 __all__ = [
     "ChannelDescription",
+    "ChannelWatch",
     "ConsumedMessage",
     "DeliverAll",
     "DeliverLatest",
@@ -181,7 +185,7 @@ class StartAfter:
 
 @dataclass(frozen=True, slots=True)
 class TimeTickGT:
-    """Only messages whose time tick (UUID clock) is greater than `time_tick`."""
+    """Only messages whose channel time tick is greater than `time_tick`."""
 
     time_tick: int
 
@@ -523,11 +527,18 @@ class _ChannelProducer:
 
     def _open(self) -> _Stream:
         try:
-            address = self.client._owner_address(self.channel)
+            desc = self.client.describe_channel(self.channel)
         except StreamingError as exc:
             exc.final = True  # type: ignore[attr-defined]  # no such channel: do not retry
             raise
-        return _Stream(self.client, address, self.channel, self._answered, self._broken)
+        return self._open_at(desc)
+
+    def _open_at(self, desc: ChannelDescription) -> _Stream:
+        """A stream to the owner `desc` names (retriable if none: a hand-over)."""
+        if not desc.owner_address:
+            raise _no_owner(desc)
+        return _Stream(self.client, desc.owner_address, self.channel, self._answered,
+                       self._broken)
 
     def _answered(self, req: _Req, got: pb.ProduceMessageResult | StreamingError) -> None:
         with self._lock:
@@ -570,8 +581,20 @@ class _ChannelProducer:
         def retriable(exc: Exception) -> bool:
             return isinstance(exc, StreamingError) and _retriable(exc) and not self._closed
 
+        # The owner comes from a WatchChannels stream (no DescribeChannel polling): each
+        # attempt waits (bounded) for the next ownership report, and opens a stream there.
+        follower = _OwnerFollower(self.client, self.channel)
+        seen = 0
+
+        def attempt() -> _Stream:
+            nonlocal seen
+            desc, seen = follower.next(seen, _OWNER_WAIT)
+            if desc is None:  # the watch is not available: ask once
+                return self._open()
+            return self._open_at(desc)
+
         try:
-            stream = retry(self._open, self.client.retry_timeout, _reraise,
+            stream = retry(attempt, self.client.retry_timeout, _reraise,
                            retriable=retriable, first_delay=0.02, max_delay=_MAX_DELAY)
         except Exception as exc:  # noqa: BLE001 - every unacknowledged request must resolve
             # A StreamingError past the deadline, or anything else `_open` raised (which
@@ -589,6 +612,8 @@ class _ChannelProducer:
             for req in failed:
                 req.future.set_exception(failure)
             return
+        finally:
+            follower.close()
         with self._lock:
             self._stream = stream
             self._recovering = False
@@ -605,6 +630,74 @@ class _ChannelProducer:
             stream, self._stream = self._stream, None
         if stream is not None:
             stream.close()
+
+
+def _no_owner(desc: ChannelDescription) -> StreamingError:
+    """The (retriable) error of a channel between owners: its newest term is released."""
+    return StreamingError(Code.CHANNEL_FENCED, f"channel {desc.name!r} has no owner at term "
+                          f"{desc.term} (it is being handed over): waiting for the next owner")
+
+
+_OWNER_WAIT = 1.0
+"""Seconds a recovering producer waits for the next ownership report before trying the
+owner it knows again."""
+
+
+class _OwnerFollower:
+    """The owner of one channel as a WatchChannels stream reports it (in a thread), for a
+    producer looking for the channel's next owner. `next(seen, timeout)` returns the newest
+    report once it is newer than version `seen` (or after `timeout`, the newest anyway), or
+    None if the watch could not be opened: the caller then asks DescribeChannel."""
+
+    def __init__(self, client: StreamingClient, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+        self._cv = threading.Condition()
+        self._latest: ChannelDescription | None = None
+        self._version = 0
+        self._ended = False
+        self._watch: ChannelWatch | None = None
+        self._closed = False
+        threading.Thread(target=self._run, daemon=True, name="oncelog-streaming-owner").start()
+
+    def _run(self) -> None:
+        try:
+            watch = self._client.watch_channels([self._channel])
+            with self._cv:
+                if self._closed:
+                    watch.close()
+                    return
+                self._watch = watch
+            for desc in watch:
+                with self._cv:
+                    self._latest = desc
+                    self._version += 1
+                    self._cv.notify_all()
+        except Exception as exc:  # noqa: BLE001 - the caller falls back to DescribeChannel
+            log.debug("watch of %r: %s", self._channel, exc)
+        finally:
+            with self._cv:
+                self._ended = True
+                self._cv.notify_all()
+
+    def next(self, seen: int, timeout: float) -> tuple[ChannelDescription | None, int]:
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._version <= seen and not self._ended:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cv.wait(left)
+            if self._latest is None and self._ended:
+                return None, self._version
+            return self._latest, self._version
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            watch = self._watch
+        if watch is not None:
+            watch.close()
 
 
 # -- transactions ---------------------------------------------------------------------------
@@ -979,6 +1072,87 @@ class Scanner:
         self.close()
 
 
+# -- watching ownership ---------------------------------------------------------------------
+
+
+class ChannelWatch:
+    """Ownership of channels as it changes (WatchChannels): an iterator of
+    ChannelDescription, first one per channel (its current term and owner), then one each
+    time a channel's term changes (a new owner, or a released term: `owner_address` "").
+    `close()` (from any thread) ends it. If its node dies, it reconnects to another node of
+    the client's list (for up to `retry_timeout`), which reports every channel's current
+    state again. A channel that does not exist ends it with CHANNEL_NOT_EXIST."""
+
+    def __init__(self, client: StreamingClient, names: list[str], addresses: list[str]) -> None:
+        self._client = client
+        self._request = pb.WatchChannelsRequest(names=names)
+        self._addresses = addresses
+        self._lock = threading.Lock()
+        self._call: Any = None
+        self._address = ""
+        self._closed = False
+        self._open()
+
+    def _open(self) -> None:
+        """Start the call on the first node of `_addresses` (a failure shows in `next`)."""
+        target = self._addresses[0]
+        with self._lock:
+            if self._closed:
+                raise StopIteration
+            self._call = self._client._stub(target).WatchChannels(
+                self._request, metadata=self._client._metadata)
+            self._address = target
+
+    def __iter__(self) -> ChannelWatch:
+        return self
+
+    def __next__(self) -> ChannelDescription:
+        deadline: float | None = None  # set by the first failure: retry_timeout in all
+        pause = _FIRST_DELAY
+        while True:
+            try:
+                resp = next(self._call)
+            except (grpc.RpcError, StopIteration) as exc:
+                if self._closed:
+                    raise StopIteration from None
+                if isinstance(exc, grpc.RpcError):
+                    err = _rpc_error(exc, self._address)
+                else:
+                    err = StreamingError(Code.EOF, f"{self._address} ended the watch")
+                if err.code not in _NODE_GONE:
+                    raise err from None
+                now = time.monotonic()
+                deadline = deadline or now + self._client.retry_timeout
+                if now + pause >= deadline:
+                    raise StreamingError(err.code, f"watch of {list(self._request.names)}: "
+                                         f"no node answered for {self._client.retry_timeout}"
+                                         f" s: {err.cause}") from None
+                log.info("watch of %s: %s; trying the next node", list(self._request.names),
+                         err)
+                time.sleep(pause)  # a backoff between nodes (bounded by the deadline)
+                pause = min(pause * 2, _MAX_DELAY)
+                self._addresses = self._addresses[1:] + self._addresses[:1]
+                self._open()
+                continue
+            if resp.WhichOneof("response") == "error":
+                _check(resp.error)
+                continue
+            return ChannelDescription._of(resp.channel)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 # -- the client ------------------------------------------------------------------------------
 
 
@@ -1046,7 +1220,7 @@ class StreamingClient:
     def _owner_address(self, channel: str) -> str:
         desc = self.describe_channel(channel)
         if not desc.owner_address:
-            raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {channel!r} has no owner")
+            raise _no_owner(desc)
         return desc.owner_address
 
     # Channels ---------------------------------------------------------------------------
@@ -1071,10 +1245,38 @@ class StreamingClient:
         _check(resp.error)
 
     def assign_channel(self, name: str, address: str) -> ChannelDescription:
-        """Make the node at `address` take the channel (term + 1, fencing its owner)."""
+        """Make the node at `address` take the channel (term + 1, fencing its owner). If
+        that node owns it already, nothing is done: StreamingError CHANNEL_EXIST."""
         resp = self._unary("AssignChannel", pb.AssignChannelRequest(name=name), address)
         _check(resp.error)
         return ChannelDescription._of(resp.channel)
+
+    def unassign_channel(self, name: str, to: str | None = None) -> ChannelDescription:
+        """Hand channel `name` over gracefully: its owner stops taking requests, answers
+        those it took once durable and releases the channel at the next term (producers
+        resend what it refused to the next owner, with the same UUIDs). Then the node at
+        `to` takes it (AssignChannel); without `to`, any other node takes it at its next
+        failover scan. Returns the channel's description after the hand-over."""
+        owner = self._owner_address(name)
+        resp = self._unary("UnassignChannel", pb.UnassignChannelRequest(name=name), owner)
+        _check(resp.error)
+        if to is None:
+            return ChannelDescription._of(resp.channel)
+        try:
+            return self.assign_channel(name, to)
+        except StreamingError as exc:
+            if exc.code != Code.CHANNEL_EXIST:
+                raise
+            return self.describe_channel(name)  # its failover scan took it first
+
+    def watch_channels(self, names: Iterable[str], *,
+                       address: str | None = None) -> ChannelWatch:
+        """Follow the ownership of channels `names` (any node serves it: `address` first,
+        then the client's others): see ChannelWatch."""
+        targets = list(self.addresses)
+        if address:
+            targets = [address] + [a for a in targets if a != address]
+        return ChannelWatch(self, list(dict.fromkeys(names)), targets)
 
     def list_channels(self, address: str) -> list[ChannelDescription]:
         """The channels the node at `address` owns."""
@@ -1106,11 +1308,35 @@ class StreamingClient:
         return self.append_async(channel, [msg], vchannel=vchannel,
                                  properties=properties).result()[0]
 
-    def append_messages(self, channel: str, msgs: Iterable[Payload], *,
-                        vchannel: str = "") -> list[MessageID]:
-        """Append messages (each with its own vchannel, if a StreamMessage) as one atomic
-        request: all land together, contiguously, or none."""
-        return self.append_async(channel, msgs, vchannel=vchannel).result()
+    @overload
+    def append_messages(self, channel: str, msgs: Iterable[Payload], *, vchannel: str = "",
+                        atomic: Literal[True] = True) -> list[MessageID]: ...
+
+    @overload
+    def append_messages(self, channel: str, msgs: Iterable[Payload], *, vchannel: str = "",
+                        atomic: Literal[False]) -> list[MessageID | StreamingError]: ...
+
+    def append_messages(self, channel: str, msgs: Iterable[Payload], *, vchannel: str = "",
+                        atomic: bool = True) -> list[MessageID] | list[MessageID | StreamingError]:
+        """Append messages (each with its own vchannel, if a StreamMessage).
+
+        `atomic=True`: as one atomic request: all land together, contiguously, or none
+        (the ids, or a StreamingError raised for all). `atomic=False` (Milvus's
+        AppendMessages): each message is a request of its own (they still leave together in
+        one batch and share one fragment when they can) and gets its own result, in order:
+        its MessageID, or the StreamingError that refused it (an oversized message fails
+        alone). Failovers are ridden out per message as by `append`."""
+        if atomic:
+            return self.append_async(channel, msgs, vchannel=vchannel).result()
+        producer = self._producer(channel)
+        futures = [producer.submit([_message(m, vchannel)]) for m in msgs]
+        results: list[MessageID | StreamingError] = []
+        for future in futures:
+            try:
+                results.append(future.result()[0])
+            except StreamingError as exc:
+                results.append(exc)
+        return results
 
     def txn(self, channel: str, vchannel: str, keepalive: float | timedelta | None = None) -> Txn:
         """Open a transaction on one vchannel of `channel`."""
@@ -1119,7 +1345,10 @@ class StreamingClient:
     def broadcast(self, channels: Sequence[str], msg: Payload, *,
                   vchannel: str = "") -> list[MessageID]:
         """Append `msg` to every channel atomically (one transaction across them). The
-        channels must be owned by one node. After a lost reply or a failed node it is resent
+        channels must be owned by one node: channels of different nodes are refused at once
+        (INVALID_ARGUMENT naming each channel's owner; nothing appended by that attempt; if
+        an earlier attempt got no answer, the error says that its outcome is unknown).
+        After a lost reply or a failed node it is resent
         (for up to `retry_timeout`) with the same UUIDs, so readers get it once per channel;
         the ids returned are those of the copy that was acknowledged.
 
@@ -1132,16 +1361,24 @@ class StreamingClient:
         message.uuid = _broadcast_uuid()
         request = pb.BroadcastRequest(channels=list(channels), message=message)
 
+        unanswered = False  # an attempt got no answer: it may have been appended
+
         def attempt() -> list[MessageID]:
             resp = self._unary("Broadcast", request, self._owner_address(channels[0]))
+            if resp.error.code == Code.INVALID_ARGUMENT and unanswered:
+                raise StreamingError(Code.INVALID_ARGUMENT, f"{resp.error.cause}; an earlier "
+                                     "attempt of this broadcast got no answer: it may have "
+                                     "been appended to every channel, or to none")
             _check(resp.error)
             return [MessageID._of(i) for i in resp.ids]
 
         def resend(exc: Exception) -> None:
+            nonlocal unanswered
             # Lost replies, dead or fenced nodes: resend `request` as it is (same UUID; a
             # duplicate is dropped by readers). A channel that does not exist anywhere:
             # give up at once (describe_channel raises for it).
             assert isinstance(exc, StreamingError)
+            unanswered = unanswered or exc.code == Code.ON_SHUTDOWN
             if exc.code == Code.CHANNEL_NOT_EXIST:
                 for name in channels:
                     self.describe_channel(name)

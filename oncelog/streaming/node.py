@@ -26,8 +26,9 @@ import random
 import threading
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
+import weakref
+from collections import OrderedDict, deque
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -53,7 +54,14 @@ from oncelog.streaming.errors import Code, StreamingError
 if TYPE_CHECKING:
     from oncelog.journal import AsyncAppend, JournalClient
 
-__all__ = ["NodeConfig", "StreamingNode", "decode_message", "encode_message", "serve"]
+__all__ = [
+    "NodeConfig",
+    "NodeMetrics",
+    "StreamingNode",
+    "decode_message",
+    "encode_message",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +158,223 @@ def _err(code: Code, cause: str) -> pb.StreamingError:
     return pb.StreamingError(code=cast(Any, int(code)), cause=cause)
 
 
+# -- channel time ticks ---------------------------------------------------------------------
+
+
+def next_tick(prev: int, clock: int) -> int:
+    """The channel time-tick rule: the line after one of tick `prev` whose UUID clock is
+    `clock` gets tick max(prev + 1, clock).
+
+    Applied to every line of a channel in journal order from its first offset (tick 0
+    before it), duplicates, uncommitted lines and ACKs included, it is a function of the
+    journal's bytes alone: the owner, any other node, a failover owner and a store reader
+    compute the same ticks, strictly increasing in journal order, whatever the producers'
+    clocks (a lagging producer's line gets its predecessor's tick + 1)."""
+    return prev + 1 if clock <= prev else clock
+
+
+class _TickedLines:
+    """Raw envelopes of a channel (from its first offset, in journal order) passed through
+    while counting their ticks: `tick` and `begin` are those of the last line pulled.
+
+    A Sequencer pulls lines one at a time and yields what a line commits before pulling
+    the next, so when it yields, the last line pulled is the one that committed it: an
+    OUTSIDE_TXN message itself, or the ACK of a transaction (its messages share the ACK's
+    tick)."""
+
+    __slots__ = ("tick", "begin")
+
+    def __init__(self) -> None:
+        self.tick = 0
+        self.begin = -1
+
+    def over(self, batches: Iterator[list[Any]]) -> Iterator[Any]:
+        for batch in batches:
+            for env in batch:
+                clock = env.ids[1]
+                prev = self.tick
+                self.tick = prev + 1 if clock <= prev else clock
+                self.begin = env.begin
+                yield env
+
+
+class _ChannelTicks:
+    """The owner's ticks of its own appends (for append results), by `next_tick`.
+
+    Appends are registered with their lines' UUID clocks by `wrote`, while the writer
+    holds the journal's write lock, so the queue is in journal order. `of(aa)` takes the
+    queue's appends in order once durable, reading from the store any lines between them
+    that other writers put there (a rollback ACK, a broadcast, a fenced zombie, or the
+    channel's whole history the first time), so its ticks are those every reader computes.
+    Invariant: `tick` is the tick of the last line ending at `offset`."""
+
+    def __init__(self, client: JournalClient, name: str) -> None:
+        self.client = client
+        self.name = name
+        self.offset = 0
+        self.tick = 0
+        self._queue: deque[tuple[Any, list[int]]] = deque()
+        self._queue_lock = threading.Lock()  # never held while waiting
+        self._lock = threading.Lock()  # held while advancing
+        self._done: dict[Any, list[int]] = {}
+
+    def wrote(self, aa: Any, clocks: list[int]) -> None:
+        """Register append `aa` (its lines' clocks in order). Caller holds the write lock."""
+        with self._queue_lock:
+            self._queue.append((aa, clocks))
+
+    def of(self, aa: Any) -> list[int]:
+        """The ticks of `aa`'s lines (registered, durable): [] if they cannot be known (the
+        store failed while reading lines of other writers)."""
+        with self._lock:
+            try:
+                while aa not in self._done:
+                    with self._queue_lock:
+                        if not self._queue:
+                            return []
+                        front, clocks = self._queue[0]
+                    try:
+                        res = front.result()
+                    except Exception:  # noqa: BLE001 - not in the journal as ours: skip it
+                        res = None
+                    if res is not None and res.begin > self.offset:
+                        self._read_gap(res.begin)
+                    with self._queue_lock:
+                        self._queue.popleft()
+                    if res is None:
+                        continue
+                    ticks = []
+                    tick = self.tick
+                    for clock in clocks:
+                        tick = tick + 1 if clock <= tick else clock
+                        ticks.append(tick)
+                    if res.begin == self.offset:
+                        self.tick, self.offset = tick, res.end
+                    self._done[front] = ticks
+            except Exception as exc:  # noqa: BLE001 - the gap read failed: ticks unknown
+                log.warning("time ticks of %r after offset %d: %s", self.name, self.offset, exc)
+                return []
+            return self._done.pop(aa)
+
+    def _read_gap(self, end: int) -> None:
+        from oncelog.reading import read_uncommitted
+
+        tick = self.tick
+        for env in read_uncommitted(self.client, self.name, self.offset, end=end,
+                                    on_error="skip"):
+            tick = next_tick(tick, env.ids[1])
+        self.tick, self.offset = tick, end
+
+
+def read_ticked(
+    client: JournalClient, name: str, start: int, on_open: Callable[[Any], None] | None = None
+) -> Generator[tuple[Any, int], None, None]:
+    """Read-committed envelopes of channel `name` (ACKs included) that are committed at or
+    after offset `start`, each with its time tick, tailing the channel.
+
+    The channel is sequenced from its first offset, whatever `start`: the ticks (by
+    `next_tick`) and the sequencing state at `start` are then exactly those of a reader
+    that began at offset 0. So a consumer started mid-channel delivers the messages of
+    transactions that were open at `start` and commit after it, drops resent copies of
+    messages from before it, and its ticks equal every other reader's. An envelope is
+    committed at the line that made the sequencer yield it (`_TickedLines`): its own for a
+    committed message, the ACK for a transaction's messages, which carry the ACK's tick.
+    The price: a consumer starting mid-channel reads the channel's history first."""
+    from oncelog.reading import read_uncommitted, read_uncommitted_batches
+    from oncelog.sequencer import Sequencer
+
+    def replay(journal: str, begin: int, end: int) -> Iterator[Any]:
+        return read_uncommitted(client, journal, begin, end=end, on_error="skip", exact=True)
+
+    lines = _TickedLines()
+    batches = read_uncommitted_batches(client, name, 0, block=True, on_error="skip",
+                                       on_open=on_open)
+    try:
+        for env in Sequencer(offsets={name: 0}).sequence(lines.over(batches), replay,
+                                                         acks=True):
+            if lines.begin >= start:
+                yield env, lines.tick
+    finally:
+        batches.close()
+
+
+HEALTH_SERVICE = "oncelog.streaming.v1.StreamingNodeService"
+"""The service name the node reports in `grpc.health.v1` (besides "", the whole server)."""
+
+_HEALTH_PREFIX = "/grpc.health.v1.Health/"
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+class NodeMetrics:
+    """Prometheus metrics of one node (`oncelog serve --metrics-listen`, the `metrics` extra).
+
+    - `<ns>_streaming_appends_total{channel}`: produce requests acknowledged (durable, owner
+      confirmed); `<ns>_streaming_messages_total{channel}` and
+      `<ns>_streaming_bytes_total{channel}`: their messages and stored bytes;
+    - `<ns>_streaming_produce_seconds`: from a request taken off its stream to its answer;
+    - `<ns>_streaming_fenced_total{channel}`: answers CHANNEL_FENCED (requests and streams);
+    - `<ns>_streaming_store_errors_total{operation}`: store requests that failed (appends,
+      the keeper's heartbeats, ticks and scans, broadcasts, rollbacks);
+    - `<ns>_streaming_open_transactions`, `<ns>_streaming_owned_channels`: gauges read from
+      the node when scraped.
+
+    Only acknowledged requests are counted as appends, so the counters never include work
+    whose outcome was unknown or refused."""
+
+    def __init__(self, registry: Any = None, namespace: str = "oncelog") -> None:
+        try:
+            import prometheus_client as prom
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "NodeMetrics needs prometheus_client: pip install 'oncelog[metrics]'"
+            ) from exc
+        kw: dict[str, Any] = {"namespace": namespace}
+        if registry is not None:
+            kw["registry"] = registry
+        self.appends = prom.Counter("streaming_appends", "Produce requests acknowledged",
+                                    ["channel"], **kw)
+        self.messages = prom.Counter("streaming_messages", "Messages acknowledged",
+                                     ["channel"], **kw)
+        self.bytes = prom.Counter("streaming_bytes", "Stored bytes of messages acknowledged",
+                                  ["channel"], **kw)
+        self.produce_seconds = prom.Histogram(
+            "streaming_produce_seconds", "From a produce request taken to its answer", **kw)
+        self.fenced = prom.Counter("streaming_fenced", "Answers CHANNEL_FENCED", ["channel"],
+                                   **kw)
+        self.store_errors = prom.Counter("streaming_store_errors",
+                                         "Store requests of the node that failed",
+                                         ["operation"], **kw)
+        self.open_transactions = prom.Gauge("streaming_open_transactions",
+                                            "Transactions open on the node", **kw)
+        self.owned_channels = prom.Gauge("streaming_owned_channels",
+                                         "Channels the node owns (not fenced)", **kw)
+
+    def bind(self, node: StreamingNode) -> None:
+        """Read the gauges from `node` at each scrape."""
+        self.open_transactions.set_function(node.open_transactions)
+        self.owned_channels.set_function(node.owned_count)
+
+    def answered(self, channel: str, answers: Any, started: float) -> None:
+        """Count the ProduceMessageResponses `answers` of `channel` (one request each)."""
+        seconds = time.monotonic() - started
+        for answer in answers:
+            self.produce_seconds.observe(seconds)
+            if answer.WhichOneof("response") == "error":
+                code = answer.error.code
+                if code == Code.CHANNEL_FENCED:
+                    self.fenced.labels(channel).inc()
+                elif code == Code.INNER:
+                    self.store_errors.labels("append").inc()
+                continue
+            ids = answer.result.ids
+            if ids:
+                self.appends.labels(channel).inc()
+                self.messages.labels(channel).inc(len(ids))
+                self.bytes.labels(channel).inc(sum(i.end - i.begin for i in ids))
+
+
 # -- channel ownership ----------------------------------------------------------------------
 
 
@@ -164,11 +389,41 @@ class _Channel:
         self.term = record.term
         self.record = record
         self.fenced: str | None = None
+        self.draining: str | None = None  # set: requests are refused (see StreamingNode.drain)
         self.last_append = time.monotonic()
+        self.ticks = _ChannelTicks(client, record.channel)  # of the lines, for answers
         self._cv = threading.Condition()
         self._started = 0  # checks started
         self._done = 0  # the newest check finished (its start number)
         self._running = False
+        self._busy = 0  # requests taken off a stream and not answered yet
+
+    def enter(self) -> None:
+        """A stream took a request of this channel (answered later: `leave`)."""
+        with self._cv:
+            self._busy += 1
+
+    def leave(self, n: int) -> None:
+        """`n` requests were answered."""
+        with self._cv:
+            self._busy -= n
+            if self._busy <= 0:
+                self._cv.notify_all()
+
+    def quiesce(self, why: str, timeout: float) -> bool:
+        """Refuse every request taken from now on (`draining`), then wait, at most `timeout`
+        seconds, until every request taken before is answered. True if none is left.
+        Invariant: a request is refused if its check ran after this call set `draining`;
+        one whose check ran before counted itself busy first (`enter`), so it is waited for."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            self.draining = why
+            while self._busy > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
 
     def fence(self, why: str) -> None:
         if self.fenced is None:
@@ -237,6 +492,7 @@ class _Pending:
     # A ProduceBatchRequest: per request (id, error answer or None, message sizes, tick);
     # the valid ones' bytes are `appends[0]`, in this order.
     batch: list[_BatchItem] | None = None
+    started: float = field(default_factory=time.monotonic)  # for the latency metric
 
 
 @dataclass(slots=True)
@@ -247,6 +503,7 @@ class _BatchItem:
     error: pb.StreamingError | None = None
     sizes: list[int] = field(default_factory=list)
     time_tick: int = 0
+    clocks: list[int] = field(default_factory=list)  # its lines' UUID clocks
 
 
 class _ProducerStream:
@@ -288,7 +545,13 @@ class _ProducerStream:
                 if kind == "close":
                     closed = True
                     break
-                self.pending.put(self._handle(kind, req))
+                self.channel.enter()  # answered in `complete`; a drain waits for it
+                try:
+                    item = self._handle(kind, req)
+                except BaseException:
+                    self.channel.leave(1)  # nothing to answer: not busy any more
+                    raise
+                self.pending.put(item)
         except grpc.RpcError:
             pass  # the client went away
         except Exception:
@@ -315,6 +578,8 @@ class _ProducerStream:
         self.last_request = request_id
         if self.channel.fenced is not None:
             return self._answer(request_id, Code.CHANNEL_FENCED, self.channel.fenced)
+        if self.channel.draining is not None:
+            return self._answer(request_id, Code.CHANNEL_FENCED, self.channel.draining)
         if self.node.closing:
             return self._answer(request_id, Code.ON_SHUTDOWN, "the node is shutting down")
         try:
@@ -352,12 +617,14 @@ class _ProducerStream:
                 self.last_request = item.request_id
                 if self.channel.fenced is not None:
                     raise StreamingError(Code.CHANNEL_FENCED, self.channel.fenced)
+                if self.channel.draining is not None:
+                    raise StreamingError(Code.CHANNEL_FENCED, self.channel.draining)
                 if self.node.closing:
                     raise StreamingError(Code.ON_SHUTDOWN, "the node is shutting down")
                 if sub.txn_id:
                     raise StreamingError(Code.INVALID_ARGUMENT,
                                          "transactional requests cannot be batched")
-                lines, tick = self._committed_lines(sub)
+                lines, clocks = self._committed_lines(sub)
             except StreamingError as exc:
                 item.error = _err(exc.code, exc.cause)
                 continue
@@ -368,7 +635,7 @@ class _ProducerStream:
                 parts.append((item, None, sub.messages))  # stamped below, in append order
             else:
                 item.sizes = [len(line) for line in lines]
-                item.time_tick = tick
+                item.clocks = clocks
                 parts.append((item, lines, None))
         pending = _Pending(items[-1].request_id if items else 0, batch=items)
         if not parts:
@@ -387,12 +654,14 @@ class _ProducerStream:
                     self.clock.update()
                     lines = []
                     for msg in messages:
-                        item.time_tick = self.clock.tick()
+                        clock = self.clock.tick()
+                        item.clocks.append(clock)
                         lines.append(encode_message(
-                            msg, str(build_uuid(self.own_producer, item.time_tick, OUTSIDE_TXN))))
+                            msg, str(build_uuid(self.own_producer, clock, OUTSIDE_TXN))))
                     item.sizes = [len(line) for line in lines]
                 chunks.extend(lines)
             aa.write(b"".join(chunks))
+            self.channel.ticks.wrote(aa, [c for item, _, _ in parts for c in item.clocks])
         except BaseException:
             aa.abort()
             raise
@@ -401,24 +670,29 @@ class _ProducerStream:
         pending.appends = [aa]
         return pending
 
-    def _committed_lines(self, body: pb.ProduceMessageRequest) -> tuple[list[bytes] | None, int]:
+    def _committed_lines(
+        self, body: pb.ProduceMessageRequest
+    ) -> tuple[list[bytes] | None, list[int]]:
         """The stored lines of a committed request whose messages carry UUIDs (checked, and
-        the stream's producer clock advanced), or None if the node is to stamp them."""
+        the stream's producer clock advanced) and their clocks, or None if the node is to
+        stamp them."""
         self._check_messages(body.messages)
         stamped = [bool(m.uuid) for m in body.messages]
         if not any(stamped):
-            return None, 0
+            return None, []
         if not all(stamped):
             raise StreamingError(
                 Code.INVALID_ARGUMENT, "either every message of a request has a UUID or none"
             )
         lines: list[bytes] = []
+        clocks: list[int] = []
         producer, last = self.client_producer, self.client_clock
         for msg in body.messages:
             producer, last = self._client_uuid(msg.uuid, OUTSIDE_TXN, producer, last)
             lines.append(encode_message(msg, msg.uuid))
+            clocks.append(last)
         self.client_producer, self.client_clock = producer, last
-        return lines, last
+        return lines, clocks
 
     @staticmethod
     def _answer(request_id: int, code: Code, cause: str) -> _Pending:
@@ -472,22 +746,24 @@ class _ProducerStream:
         if body.txn_id:
             self._check_messages(body.messages)
             return self._produce_txn(request_id, body)
-        lines, tick = self._committed_lines(body)
+        lines, clocks = self._committed_lines(body)
         if lines is not None:
-            return self._append(request_id, lines, tick)
-        return self._append(request_id, body.messages, 0, stamp=OUTSIDE_TXN)
+            return self._append(request_id, lines, clocks)
+        return self._append(request_id, body.messages, [], stamp=OUTSIDE_TXN)
 
     def _append(
         self,
         request_id: int,
         lines: Any,
-        time_tick: int,
+        clocks: list[int],
         *,
         stamp: int | None = None,
         txn_id: int = 0,
     ) -> _Pending:
-        """Append `lines` (or, with `stamp`, messages stamped with the stream's own producer
-        under the journal's append order) as one append; the pending answer waits for it."""
+        """Append `lines` whose UUID clocks are `clocks` (or, with `stamp`, messages stamped
+        with the stream's own producer under the journal's append order) as one append; the
+        pending answer waits for it. The lines are registered for their time ticks under the
+        journal's write lock (see _ChannelTicks)."""
         aa: AsyncAppend = self.node.client.start_append(self.channel.name)
         sizes = []
         try:
@@ -498,19 +774,21 @@ class _ProducerStream:
                 clock = self.clock
                 clock.update()
                 parts = []
+                clocks = []
                 for msg in lines:
-                    time_tick = clock.tick()
-                    text = str(build_uuid(self.own_producer, time_tick, stamp))
+                    clocks.append(clock.tick())
+                    text = str(build_uuid(self.own_producer, clocks[-1], stamp))
                     parts.append(encode_message(msg, text))
                 data = b"".join(parts)
                 sizes = [len(p) for p in parts]
             aa.write(data)
+            self.channel.ticks.wrote(aa, clocks)
         except BaseException:
             aa.abort()
             raise
         aa.release()
         self.channel.last_append = time.monotonic()
-        return _Pending(request_id, [aa], [sizes], txn_id=txn_id, time_tick=time_tick)
+        return _Pending(request_id, [aa], [sizes], txn_id=txn_id)
 
     # Transactions --------------------------------------------------------------------------
 
@@ -576,17 +854,20 @@ class _ProducerStream:
                 # transaction's producer and clocks as they were.
                 new_producer = pt.producer is None
                 lines, producer, first, last = [], pt.producer, 0, pt.last_clock
+                clocks = []
                 for msg in msgs:
                     producer, last = self._client_uuid(msg.uuid, CONTINUE_TXN, producer, last)
                     first = first or last
                     lines.append(encode_message(msg, msg.uuid))
+                    clocks.append(last)
                 pt.note(first, last, producer)
                 if new_producer and producer is not None:
                     self.node.remember_txn(self.channel.name, producer, txn)
             else:
                 uuids = pt.continue_uuids(len(msgs))
                 lines = [encode_message(m, str(u)) for m, u in zip(msgs, uuids)]
-            pending = self._append(request_id, lines, pt.last_clock, txn_id=txn.txn_id)
+                clocks = [parse_uuid_fields(str(u))[1] for u in uuids]
+            pending = self._append(request_id, lines, clocks, txn_id=txn.txn_id)
             pt.touch()
             return pending
 
@@ -612,7 +893,7 @@ class _ProducerStream:
                 self._rollback_locked(txn, TxnState.ROLLED_BACK)
                 raise StreamingError(Code.CHANNEL_FENCED, self.channel.fenced or "fenced")
             pending = self._append(request_id, [orjson.dumps({"uuid": ack_text}) + b"\n"],
-                                   ack_clock, txn_id=txn.txn_id)
+                                   [ack_clock], txn_id=txn.txn_id)
             pending.sizes = [[]]  # the ACK is not a message of the answer
             pt.finish(TxnState.COMMITTED)
             return pending
@@ -646,7 +927,7 @@ class _ProducerStream:
         line = orjson.dumps({"uuid": body.ack_uuid}) + b"\n"
         txn = self.node.known_txn(self.channel.name, producer)
         if txn is None:
-            pending = self._append(request_id, [line], clock)
+            pending = self._append(request_id, [line], [clock])
             pending.sizes = [[]]
             return pending
         with txn.lock:
@@ -659,7 +940,7 @@ class _ProducerStream:
                     f"this node before its commit arrived (keepalive {txn.keepalive:g} s): "
                     "nothing was committed",
                 )
-            pending = self._append(request_id, [line], clock)  # in order, under the lock
+            pending = self._append(request_id, [line], [clock])  # in order, under the lock
         pending.sizes = [[]]
         return pending
 
@@ -719,11 +1000,29 @@ class _ProducerStream:
                 end = batch[-1] is None
                 if end:
                     batch.pop()
-                self._answer_batch(batch)
+                try:
+                    self._answer_batch(batch)
+                finally:
+                    self.channel.leave(len(batch))
                 if end:
                     break
         finally:
             self.out.put(None)
+
+    def _stamp_ticks(self, item: _Pending) -> None:
+        """Set the time ticks of a durable request's answer: those of its last line (of
+        each request of a batch). 0 if the store failed while they were counted."""
+        if not item.appends:
+            return
+        ticks = self.channel.ticks.of(item.appends[0])
+        if item.batch is None:
+            item.time_tick = ticks[-1] if ticks else 0
+            return
+        at = 0
+        for sub in item.batch:
+            if sub.error is None and sub.clocks:
+                at += len(sub.clocks)
+                sub.time_tick = ticks[at - 1] if len(ticks) >= at else 0
 
     def _answer_batch(self, batch: list[_Pending]) -> None:
         results: list[tuple[_Pending, list[Any] | Exception]] = []
@@ -735,14 +1034,16 @@ class _ProducerStream:
                 results.append((item, [a.result() for a in item.appends]))
             except Exception as exc:  # noqa: BLE001 - answered as INNER
                 results.append((item, exc))
+                continue
+            self._stamp_ticks(item)
         needs_check = any(item.answer is None and item.appends for item in batch)
         owner = self.channel.confirm() if needs_check else True
         for item, got in results:
             if item.answer is not None:
-                self.out.put(item.answer)
+                self._put(item.answer, item.started)
                 continue
             if item.batch is not None:
-                self.out.put(self._batch_answer(item, got, owner))
+                self._put(self._batch_answer(item, got, owner), item.started)
                 continue
             if isinstance(got, Exception):
                 error = _err(Code.INNER, f"the append failed, its outcome unknown: {got}")
@@ -769,7 +1070,16 @@ class _ProducerStream:
                     result=pb.ProduceMessageResult(ids=ids, txn_id=item.txn_id,
                                                    time_tick=item.time_tick),
                 )
-            self.out.put(pb.ProduceResponse(produce=resp))
+            self._put(pb.ProduceResponse(produce=resp), item.started)
+
+    def _put(self, resp: pb.ProduceResponse, started: float) -> None:
+        """Send `resp` (counted in the node's metrics, if any)."""
+        metrics = self.node.metrics
+        if metrics is not None:
+            answers = resp.batch.responses if resp.WhichOneof("response") == "batch" \
+                else (resp.produce,)
+            metrics.answered(self.channel.name, answers, started)
+        self.out.put(resp)
 
     def _batch_answer(self, item: _Pending, got: list[Any] | Exception,
                       owner: bool) -> pb.ProduceResponse:
@@ -830,6 +1140,32 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         self._keeper: threading.Thread | None = None
         self._heartbeat: meta.Heartbeat | None = None
         self._leases = meta.LeaseWatcher(client, config.lease_timeout)
+        self.metrics: NodeMetrics | None = None
+        self.health: Any = None  # grpc_health's HealthServicer, set by `serve`
+        self._streams: weakref.WeakSet[_ProducerStream] = weakref.WeakSet()
+        # Notified whenever this node takes or releases a channel (WatchChannels wakes up).
+        self._changed = threading.Condition()
+        # Channels this node released (UnassignChannel): name -> the released term. Its
+        # failover scan leaves them to the other nodes.
+        self._released: dict[str, int] = {}
+
+    def open_transactions(self) -> int:
+        """Transactions open on this node's Produce streams (a gauge of NodeMetrics)."""
+        return sum(1 for stream in list(self._streams) for txn in list(stream.txns.values())
+                   if txn.state is TxnState.OPEN)
+
+    def owned_count(self) -> int:
+        """Channels this node owns and is not fenced on (a gauge of NodeMetrics)."""
+        with self._lock:
+            return sum(1 for c in self._owned.values() if c.fenced is None)
+
+    def _store_error(self, operation: str) -> None:
+        if self.metrics is not None:
+            self.metrics.store_errors.labels(operation).inc()
+
+    def _notify_change(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def remember_txn(self, channel: str, producer: bytes, txn: _Txn) -> None:
         """Know `txn` (client-stamped, of `producer`) for orphan commits and rollbacks sent
@@ -873,7 +1209,9 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                     if old is not None:
                         old.fence(f"re-taken at term {record.term}")
                     self._owned[name] = channel
+                    self._released.pop(name, None)
                 log.info("took channel %r at term %d", name, record.term)
+                self._notify_change()
                 return channel
         raise StreamingError(Code.CHANNEL_FENCED, f"could not take channel {name!r}: other "
                              "nodes kept taking it")
@@ -892,6 +1230,8 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             )
         if channel.fenced is not None:
             raise StreamingError(Code.CHANNEL_FENCED, channel.fenced)
+        if channel.draining is not None:
+            raise StreamingError(Code.CHANNEL_FENCED, channel.draining)
         if term and term != channel.term:
             raise StreamingError(
                 Code.UNMATCHED_CHANNEL_TERM,
@@ -936,6 +1276,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                 self._ticks()
             except Exception as exc:  # noqa: BLE001 - the store may be down: try again later
                 log.warning("streaming keeper: %s", exc)
+                self._store_error("keeper")
 
     def _ticks(self) -> None:
         """Append a time tick (an ACK of our tick producer) to owned channels idle for
@@ -965,7 +1306,13 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             latest = meta.latest_term(self.client, spec.name)
             if latest is None:
                 continue
-            if latest.node_id == self.config.node_id:
+            if not latest.node_id:
+                # Released by its owner (UnassignChannel): taken at once, by any node but
+                # the one that released it.
+                with self._lock:
+                    if self._released.get(spec.name) == latest.term:
+                        continue
+            elif latest.node_id == self.config.node_id:
                 if latest.token == self.token:
                     continue
             elif not self._leases.expired(latest.node_id):
@@ -976,7 +1323,12 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                 log.info("failover of %r: %s", spec.name, exc)
 
     def close(self) -> None:
+        """Stop: health turns NOT_SERVING at once (load balancers and clients move away
+        while in-flight calls finish), new requests are refused, the keeper stops."""
+        if self.health is not None:
+            self.health.enter_graceful_shutdown()
         self.closing = True
+        self._notify_change()
         self._stop.set()
         if self._keeper is not None:
             self._keeper.join(timeout=5)
@@ -1039,7 +1391,100 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         return pb.DestroyChannelResponse()
 
     def AssignChannel(self, request: pb.AssignChannelRequest, context: Any) -> Any:
-        return self._assigned(request.name, pb.AssignChannelResponse)
+        """Take the channel at term + 1, unless this node owns it already: then nothing is
+        done (the term stays, its streams go on) and the answer is CHANNEL_EXIST with the
+        channel's description."""
+        name = request.name
+        with self._lock:
+            channel = self._owned.get(name)
+        try:
+            if (channel is not None and channel.fenced is None and channel.draining is None
+                    and channel.confirm()):
+                return pb.AssignChannelResponse(
+                    error=_err(Code.CHANNEL_EXIST, f"channel {name!r} is already assigned to "
+                               f"node {self.config.node_id} at term {channel.term}"),
+                    channel=self.describe(name))
+        except Exception as exc:  # noqa: BLE001 - the store failed
+            self._store_error("assign")
+            return pb.AssignChannelResponse(error=_err(Code.INNER, str(exc)))
+        return self._assigned(name, pb.AssignChannelResponse)
+
+    def UnassignChannel(self, request: pb.UnassignChannelRequest, context: Any) -> Any:
+        try:
+            return pb.UnassignChannelResponse(channel=self.drain(request.name))
+        except StreamingError as exc:
+            return pb.UnassignChannelResponse(error=_err(exc.code, exc.cause))
+        except Exception as exc:  # noqa: BLE001 - the store failed
+            self._store_error("unassign")
+            return pb.UnassignChannelResponse(error=_err(Code.INNER, f"{type(exc).__name__}: "
+                                                         f"{exc}"))
+
+    def drain(self, name: str, timeout: float = 30.0) -> pb.ChannelDescription:
+        """Hand channel `name` over gracefully: refuse new requests on it (CHANNEL_FENCED,
+        so clients look the owner up again and resend there), wait until every request
+        already taken is answered (durable and confirmed: nothing taken is left unanswered
+        or answered fenced), flush, then record the next term as released (no owner). The
+        channel is then fenced here; any other node takes it at the following term at once.
+        If the wait times out or the release loses to another node's term, the requests not
+        yet answered get CHANNEL_FENCED (not acknowledged: resent to the new owner)."""
+        channel = self._owned_channel(name, 0)
+        term = channel.term
+        why = (f"channel {name!r} is being handed over by node {self.config.node_id} "
+               f"(term {term}): send to its next owner")
+        if not channel.quiesce(why, timeout):
+            log.warning("drain of %r: requests still unanswered after %g s", name, timeout)
+        self.client.flush()
+        record = meta.TermRecord(name, term + 1, "", "",
+                                 f"released by node {self.config.node_id}", "")
+        released = meta.take_term(self.client, record)
+        with self._lock:
+            if released:
+                self._released[name] = record.term
+            channel.fence(f"unassigned: released at term {record.term}" if released
+                          else f"term {record.term} was taken by another node while draining")
+        self._notify_change()
+        log.info("released channel %r at term %d", name, record.term)
+        return self.describe(name)
+
+    def WatchChannels(self, request: pb.WatchChannelsRequest,
+                      context: Any) -> Iterator[pb.WatchChannelsResponse]:
+        """The description of each channel named, then one each time its term changes.
+        Changes made by this node are sent at once; those of other nodes are found by
+        reading the channels' newest terms every heartbeat interval (one LIST per channel
+        watched), so clients follow owners without polling DescribeChannel."""
+        names = list(dict.fromkeys(request.names))
+        if not names:
+            yield pb.WatchChannelsResponse(error=_err(Code.INVALID_ARGUMENT,
+                                                      "WatchChannels needs channel names"))
+            return
+        stopped = threading.Event()
+
+        def stop() -> None:
+            stopped.set()
+            self._notify_change()
+
+        context.add_callback(stop)
+        sent: dict[str, int] = {}
+        while not stopped.is_set() and not self.closing:
+            for name in names:
+                try:
+                    latest = meta.latest_term(self.client, name) if name in sent else None
+                    if latest is not None and latest.term == sent[name]:
+                        continue
+                    desc = self.describe(name)
+                except StreamingError as exc:
+                    yield pb.WatchChannelsResponse(error=_err(exc.code, exc.cause))
+                    return
+                except Exception as exc:  # noqa: BLE001 - the store failed: try again
+                    self._store_error("watch")
+                    log.warning("watch of %r: %s", name, exc)
+                    continue
+                if sent.get(name) != desc.channel.term:
+                    sent[name] = desc.channel.term
+                    yield pb.WatchChannelsResponse(channel=desc)
+            with self._changed:
+                if not stopped.is_set():
+                    self._changed.wait(self.config.heartbeat_interval)
 
     def ListChannels(self, request: pb.ListChannelsRequest, context: Any) -> Any:
         with self._lock:
@@ -1073,6 +1518,8 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             if not channel.confirm():  # one LIST per stream: a fenced node appends nothing
                 raise StreamingError(Code.CHANNEL_FENCED, channel.fenced or "fenced")
         except StreamingError as exc:
+            if exc.code == Code.CHANNEL_FENCED and self.metrics is not None:
+                self.metrics.fenced.labels(info.name).inc()
             yield pb.ProduceResponse(create=pb.CreateProducerResponse(
                 error=_err(exc.code, exc.cause)))
             return
@@ -1081,6 +1528,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                 error=_err(Code.INVALID_ARGUMENT, str(exc))))
             return
         stream = _ProducerStream(self, channel)
+        self._streams.add(stream)
         yield pb.ProduceResponse(create=pb.CreateProducerResponse(
             producer_id=stream.producer_id,
             channel=pb.ChannelInfo(name=channel.name, term=channel.term),
@@ -1101,7 +1549,6 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
 
     def Consume(self, request: pb.ConsumeRequest, context: Any) -> Iterator[pb.ConsumeResponse]:
         from oncelog.message import Flags
-        from oncelog.reading import read_committed
 
         name = request.channel.name
         try:
@@ -1128,13 +1575,12 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         last_tick = 0
         skip = request.skip  # a resumed consumer: these were delivered before
         resume_after = request.resume_after if request.HasField("resume_after") else None
-        it = read_committed(self.client, name, start, block=True, include_acks=True,
-                            on_open=opened, on_error="skip")
+        it = read_ticked(self.client, name, start, opened)
         try:
-            for env in it:
+            for env, clock in it:
                 if stopped.is_set():
                     return
-                _, clock, flags = env.ids
+                flags = env.ids[2]
                 if flags == Flags.ACK_TXN:
                     if ticks and clock > last_tick and not skip:
                         last_tick = clock
@@ -1224,7 +1670,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             check_message_size(request.message, self.config.max_message_bytes,
                                "the broadcast message",
                                f"nothing was appended to channels {names}")
-            channels = [self._owned_channel(n, 0) for n in names]
+            channels = self._broadcast_channels(names)
             if not all(c.confirm() for c in channels):
                 raise StreamingError(Code.CHANNEL_FENCED, "a channel was taken by another node")
             if request.message.uuid:
@@ -1255,7 +1701,44 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         except StreamingError as exc:
             return pb.BroadcastResponse(error=_err(exc.code, exc.cause))
         except Exception as exc:  # noqa: BLE001
+            self._store_error("broadcast")
             return pb.BroadcastResponse(error=_err(Code.INNER, f"{type(exc).__name__}: {exc}"))
+
+    def _broadcast_channels(self, names: list[str]) -> list[_Channel]:
+        """The channels of a broadcast, all owned by this node; else why not.
+
+        A broadcast is one transaction of this node's (atomic through its ACKs), so it needs
+        every channel here. Channels owned by *different* nodes are refused at once with
+        INVALID_ARGUMENT naming each channel's owner, nothing appended (the caller splits
+        the broadcast or moves the channels together: AssignChannel). Every other miss is
+        transient or a wrong address and stays retriable: CHANNEL_NOT_EXIST naming the
+        owner when one other node owns them all (the client goes there), or when an owner
+        is being replaced (a released term, this node's previous incarnation)."""
+        with self._lock:
+            mine = {n: self._owned.get(n) for n in names}
+        if all(c is not None and c.fenced is None for c in mine.values()):
+            return [self._owned_channel(n, 0) for n in names]
+        owners: dict[str, meta.TermRecord | None] = {}
+        for n in names:
+            c = mine[n]
+            if c is not None and c.fenced is None:
+                owners[n] = c.record
+                continue
+            if not self.client.exists(n):
+                raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {n!r} does not exist")
+            owners[n] = meta.latest_term(self.client, n)
+        nodes = {r.node_id for r in owners.values() if r is not None and r.node_id}
+        settled = all(r is not None and r.node_id for r in owners.values())
+        if len(nodes) > 1 and settled:
+            listing = ", ".join(
+                f"{n!r}: node {r.node_id} at {r.address} (term {r.term})"
+                for n, r in owners.items() if r is not None)
+            raise StreamingError(
+                Code.INVALID_ARGUMENT,
+                f"broadcast to channels {names} spans {len(nodes)} nodes ({listing}); a "
+                "broadcast is atomic only across channels of one node: nothing was appended "
+                "(assign the channels to one node, or broadcast to each node's channels)")
+        return [self._owned_channel(n, 0) for n in names]  # raises CHANNEL_NOT_EXIST
 
 
 # -- authentication and the server ----------------------------------------------------------
@@ -1263,12 +1746,15 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
 
 class _TokenCheck(grpc.ServerInterceptor):
     """Rejects every call without `authorization: Bearer <token>` with UNAUTHENTICATED,
-    before any handler runs (so no data is read or written)."""
+    before any handler runs (so no data is read or written). `grpc.health.v1` is exempt:
+    probes carry no token, and it tells nothing but whether the node serves."""
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
+        if str(details.method).startswith(_HEALTH_PREFIX):
+            return continuation(details)
         got = ""
         for key, value in details.invocation_metadata or ():
             if key == "authorization":
@@ -1298,9 +1784,16 @@ def serve(
     *,
     tls_cert: bytes | None = None,
     tls_key: bytes | None = None,
+    metrics: NodeMetrics | None = None,
 ) -> tuple[grpc.Server, StreamingNode, str]:
     """Start a node serving `client`'s store on `listen` (`host:port`, port 0: any free one).
-    Returns the server, the node and the address actually bound."""
+    Returns the server, the node and the address actually bound.
+
+    The server also serves `grpc.health.v1` (grpcio-health-checking): SERVING for "" and
+    HEALTH_SERVICE once the node serves, NOT_SERVING from `StreamingNode.close()` on.
+    `metrics`: count into these Prometheus metrics (see NodeMetrics)."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
     interceptors = [_TokenCheck(config.token)] if config.token else []
     server = grpc.server(
         ThreadPoolExecutor(config.max_workers, thread_name_prefix="oncelog-grpc"),
@@ -1326,7 +1819,14 @@ def serve(
     if not config.node_id:
         config.node_id = meta.default_node_id(port)
     node = StreamingNode(client, config)
+    node.metrics = metrics
+    if metrics is not None:
+        metrics.bind(node)
+    node.health = health.HealthServicer()
     pb_grpc.add_StreamingNodeServiceServicer_to_server(node, server)
+    health_pb2_grpc.add_HealthServicer_to_server(node.health, server)
     node.start()
     server.start()
+    for service in ("", HEALTH_SERVICE):
+        node.health.set(service, health_pb2.HealthCheckResponse.SERVING)
     return server, node, bound

@@ -186,6 +186,34 @@ class AssignChannelResponse(_message.Message):
     channel: ChannelDescription
     def __init__(self, error: _Optional[_Union[StreamingError, _Mapping]] = ..., channel: _Optional[_Union[ChannelDescription, _Mapping]] = ...) -> None: ...
 
+class UnassignChannelRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class UnassignChannelResponse(_message.Message):
+    __slots__ = ("error", "channel")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    error: StreamingError
+    channel: ChannelDescription
+    def __init__(self, error: _Optional[_Union[StreamingError, _Mapping]] = ..., channel: _Optional[_Union[ChannelDescription, _Mapping]] = ...) -> None: ...
+
+class WatchChannelsRequest(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WatchChannelsResponse(_message.Message):
+    __slots__ = ("channel", "error")
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    channel: ChannelDescription
+    error: StreamingError
+    def __init__(self, channel: _Optional[_Union[ChannelDescription, _Mapping]] = ..., error: _Optional[_Union[StreamingError, _Mapping]] = ...) -> None: ...
+
 class ListChannelsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

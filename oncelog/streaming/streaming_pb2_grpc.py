@@ -59,6 +59,16 @@ class StreamingNodeServiceStub:
                 request_serializer=oncelog_dot_streaming_dot_streaming__pb2.AssignChannelRequest.SerializeToString,
                 response_deserializer=oncelog_dot_streaming_dot_streaming__pb2.AssignChannelResponse.FromString,
                 _registered_method=True)
+        self.UnassignChannel = channel.unary_unary(
+                '/oncelog.streaming.v1.StreamingNodeService/UnassignChannel',
+                request_serializer=oncelog_dot_streaming_dot_streaming__pb2.UnassignChannelRequest.SerializeToString,
+                response_deserializer=oncelog_dot_streaming_dot_streaming__pb2.UnassignChannelResponse.FromString,
+                _registered_method=True)
+        self.WatchChannels = channel.unary_stream(
+                '/oncelog.streaming.v1.StreamingNodeService/WatchChannels',
+                request_serializer=oncelog_dot_streaming_dot_streaming__pb2.WatchChannelsRequest.SerializeToString,
+                response_deserializer=oncelog_dot_streaming_dot_streaming__pb2.WatchChannelsResponse.FromString,
+                _registered_method=True)
         self.ListChannels = channel.unary_unary(
                 '/oncelog.streaming.v1.StreamingNodeService/ListChannels',
                 request_serializer=oncelog_dot_streaming_dot_streaming__pb2.ListChannelsRequest.SerializeToString,
@@ -110,6 +120,18 @@ class StreamingNodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UnassignChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchChannels(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListChannels(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -156,6 +178,16 @@ def add_StreamingNodeServiceServicer_to_server(servicer, server):
                     servicer.AssignChannel,
                     request_deserializer=oncelog_dot_streaming_dot_streaming__pb2.AssignChannelRequest.FromString,
                     response_serializer=oncelog_dot_streaming_dot_streaming__pb2.AssignChannelResponse.SerializeToString,
+            ),
+            'UnassignChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnassignChannel,
+                    request_deserializer=oncelog_dot_streaming_dot_streaming__pb2.UnassignChannelRequest.FromString,
+                    response_serializer=oncelog_dot_streaming_dot_streaming__pb2.UnassignChannelResponse.SerializeToString,
+            ),
+            'WatchChannels': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchChannels,
+                    request_deserializer=oncelog_dot_streaming_dot_streaming__pb2.WatchChannelsRequest.FromString,
+                    response_serializer=oncelog_dot_streaming_dot_streaming__pb2.WatchChannelsResponse.SerializeToString,
             ),
             'ListChannels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListChannels,
@@ -288,6 +320,60 @@ class StreamingNodeService:
             '/oncelog.streaming.v1.StreamingNodeService/AssignChannel',
             oncelog_dot_streaming_dot_streaming__pb2.AssignChannelRequest.SerializeToString,
             oncelog_dot_streaming_dot_streaming__pb2.AssignChannelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnassignChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oncelog.streaming.v1.StreamingNodeService/UnassignChannel',
+            oncelog_dot_streaming_dot_streaming__pb2.UnassignChannelRequest.SerializeToString,
+            oncelog_dot_streaming_dot_streaming__pb2.UnassignChannelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchChannels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/oncelog.streaming.v1.StreamingNodeService/WatchChannels',
+            oncelog_dot_streaming_dot_streaming__pb2.WatchChannelsRequest.SerializeToString,
+            oncelog_dot_streaming_dot_streaming__pb2.WatchChannelsResponse.FromString,
             options,
             channel_credentials,
             insecure,
