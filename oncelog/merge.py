@@ -21,7 +21,7 @@ from oncelog.reading import OnError, read_committed, read_uncommitted
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
 
-__all__ = ["read_selector", "read_time_ordered", "Pack"]
+__all__ = ["IdleTicks", "read_selector", "read_time_ordered", "Pack"]
 
 _END = object()  # a journal's reader reached the end of its data (non-blocking) or stopped
 
@@ -182,6 +182,15 @@ def read_selector(
         feeder.close()
 
 
+IdleTicks = Callable[[str], "tuple[int, int] | None"]
+"""`idle(journal)`: `(offset, clock)` if every message of the journal after `offset` will
+have a clock above `clock` (it is idle there), else None. See `read_time_ordered`."""
+
+
+def _tick_seconds(tick: timedelta | float) -> float:
+    return tick.total_seconds() if isinstance(tick, timedelta) else float(tick)
+
+
 def _tick_clock(tick: timedelta | float) -> int:
     seconds = tick.total_seconds() if isinstance(tick, timedelta) else float(tick)
     if seconds <= 0:
@@ -197,6 +206,7 @@ def read_time_ordered(
     block: bool = False,
     new_message: Any = None,
     on_error: OnError = "raise",
+    idle: IdleTicks | None = None,
 ) -> Iterator[Pack]:
     """Read-committed messages of the journals matching `selector`, in packs of time ticks.
 
@@ -210,7 +220,11 @@ def read_time_ordered(
     whose clock lags) is not dropped: it is delivered in the next pack, in `late`.
     Messages with a nil UUID have no time and go into the pack being assembled.
     Empty ticks are skipped. Journals are fixed when reading starts; with
-    `block=True`, an idle journal holds packs back until it writes again.
+    `block=True`, an idle journal holds packs back until it writes again, unless `idle`
+    says how far it has passed without writing: `idle(journal)` gives `(offset, clock)`
+    when every message after `offset` will have a later clock (the streaming node's idle
+    ticks: `oncelog.streaming.idle_ticks(client)`); once the journal was read to `offset`,
+    its watermark moves to `clock`. It is asked after `tick` without news.
     """
     width = _tick_clock(tick)
     journals = [spec.name for spec in client.list(selector)]
@@ -219,6 +233,8 @@ def read_time_ordered(
     make = _iter_factory(client, True, block, True, new_message, on_error)
     feeder = _Feeder(make)
     watermark = {j: 0 for j in journals}
+    position = {j: 0 for j in journals}  # the end of the last envelope read
+    quiet = max(_tick_seconds(tick), 0.01) if idle is not None and block else None
     done: set[str] = set()
     buffered: list[Envelope] = []  # committed messages not yet in an emitted pack
     nil: list[Envelope] = []
@@ -248,13 +264,24 @@ def read_time_ordered(
                     yield pack
             if len(done) == len(journals):
                 return
-            journal, item = feeder.queue.get()
+            try:
+                journal, item = feeder.queue.get(timeout=quiet)
+            except queue.Empty:  # only with `quiet`: ask the idle journals how far they are
+                assert idle is not None
+                for j in journals:
+                    if j in done:
+                        continue
+                    passed = idle(j)
+                    if passed is not None and position[j] >= passed[0]:
+                        watermark[j] = max(watermark[j], passed[1])
+                continue
             if item is _END:
                 done.add(journal)
                 continue
             if isinstance(item, BaseException):
                 raise item
             env: Envelope = item
+            position[journal] = max(position[journal], env.end)
             clock, flags = env.ids[1], env.ids[2]
             if clock == 0:
                 nil.append(env)

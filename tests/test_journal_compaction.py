@@ -405,6 +405,29 @@ def test_auto_compaction(memory_store: StoreTarget, monkeypatch: pytest.MonkeyPa
     client.close()
 
 
+def test_compact_automatically_a_journal_whose_spec_does_not_ask(
+    memory_store: StoreTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client appending to a journal whose spec sets no compact_after (a streaming
+    node's channel created before) has it compacted behind its head when asked; with no
+    compact_after anywhere the call is refused."""
+    monkeypatch.setattr(compaction, "AUTO_POLL", 0.05)
+    monkeypatch.setattr(compaction, "AUTO_MIN_INTERVAL", 0.1)
+    writer, owner = memory_store.open(), memory_store.open()
+    name = new_journal(writer, length=200)
+    with pytest.raises(ValueError, match="compact_after"):
+        owner.compact_automatically(name)
+    owner.compact_automatically(name, compact_after=10)
+    append_singles(owner, name, 40)
+    deadline = time.monotonic() + 10
+    while not records(owner, name) and time.monotonic() < deadline:  # bounded
+        time.sleep(0.05)
+    assert records(owner, name)
+    assert read_all(memory_store.open(), name) == b"".join(msg(i) for i in range(40))
+    writer.close()
+    owner.close()
+
+
 def test_spec_fields_round_trip_and_old_specs_read() -> None:
     spec = FragmentSpec(compact_after=100, retention=3600 * 24 * 30)
     assert spec.to_dict()["retention"] == "720h0m0s"

@@ -152,6 +152,38 @@ def test_time_ordered_blocking_waits_for_every_journal(client: JournalClient) ->
     assert packs == [["a10.2", "b10.7"]]
 
 
+def test_time_ordered_idle_journals_pass_time_through_idle_ticks(client: JournalClient) -> None:
+    """A journal that writes nothing holds packs back, unless `idle` says how far it has
+    passed (the streaming node's heartbeat ticks); then only once it was read that far."""
+    from oncelog.message import clock_from_unix_ns
+
+    a, b = make(client, "idle/a"), make(client, "idle/b")
+    TimedPublisher(client).at(10.2).publish_committed(to(a), JSONMessage({"n": "a"})).result()
+    asked: list[str] = []
+    passed = {a: (client.head(a), clock_from_unix_ns(BASE + 12 * SECOND)),
+              b: (0, clock_from_unix_ns(BASE + 12 * SECOND))}
+
+    def idle(journal: str) -> tuple[int, int] | None:
+        asked.append(journal)
+        return passed[journal]
+
+    stream = read_time_ordered(client, "app=clicks", timedelta(seconds=1), block=True,
+                               idle=idle)
+    packs: list[list[str]] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        for pack in stream:
+            packs.append([e.message.doc["n"] for e in pack.envelopes])
+            done.set()
+            return
+
+    threading.Thread(target=consume, daemon=True).start()
+    assert done.wait(30)
+    stream.close()
+    assert packs == [["a"]] and {a, b} <= set(asked)
+
+
 def test_bad_tick_is_rejected(client: JournalClient) -> None:
     make(client, "x/a")
     with pytest.raises(ValueError, match="tick must be positive"):

@@ -713,6 +713,20 @@ class JournalClient:
         `dry_run`: report only."""
         return compaction.trim(self, name, before, dry_run=dry_run, progress=progress)
 
+    def compact_automatically(self, name: str, compact_after: int | None = None) -> None:
+        """Have this client's auto-compaction thread compact `name` behind its head, as it
+        does for journals whose spec sets `FragmentSpec.compact_after` once they are
+        appended to; `compact_after` overrides (or supplies) the spec's value. For a process
+        that owns journals it may not append to for a while (the streaming node)."""
+        spec = self.get(name)
+        if compact_after is not None:
+            spec = replace(spec, fragment=replace(spec.fragment, compact_after=compact_after))
+        if not spec.fragment.compact_after:
+            raise ValueError(
+                f"journal {name!r}: its spec sets no compact_after; pass compact_after="
+            )
+        self._watch_compaction(name, spec)
+
     def _watch_compaction(self, name: str, spec: JournalSpec) -> None:
         """Start (or keep) the client's auto-compaction thread for `name` (its spec sets
         `compact_after`): see compaction.AutoCompactor."""

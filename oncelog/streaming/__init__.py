@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         VChannel,
         connect,
     )
+    from oncelog.streaming.meta import idle_ticks
 
 __all__ = [
     "ChannelDescription",
@@ -54,13 +55,18 @@ __all__ = [
     "Txn",
     "VChannel",
     "connect",
+    "idle_ticks",
 ]
 
-_CLIENT_NAMES = set(__all__) - {"Code", "StreamingError"}
+_CLIENT_NAMES = set(__all__) - {"Code", "StreamingError", "idle_ticks"}
 
 
 def __getattr__(name: str) -> Any:
     # The client imports grpc: only when used, so `oncelog.streaming.errors` needs no grpcio.
+    if name == "idle_ticks":  # no grpc needed: store readers use it
+        from oncelog.streaming.meta import idle_ticks
+
+        return idle_ticks
     if name in _CLIENT_NAMES:
         from oncelog.streaming import client
 

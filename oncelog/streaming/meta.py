@@ -20,6 +20,7 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +35,14 @@ __all__ = [
     "CHANNEL_ROLE",
     "Heartbeat",
     "LeaseWatcher",
+    "StoreView",
     "TermRecord",
     "delete_terms",
+    "idle_tick",
     "latest_term",
     "newer_terms",
+    "read_beat",
+    "read_term",
     "take_term",
     "terms_dir",
 ]
@@ -87,6 +92,12 @@ def latest_term(client: JournalClient, channel: str) -> TermRecord | None:
     return None if link is None else TermRecord.from_json(link.data)
 
 
+def read_term(client: JournalClient, channel: str, term: int) -> TermRecord | None:
+    """Term `term` of the channel (one GET), or None if absent."""
+    data = _terms(client, channel).read(term)
+    return None if data is None else TermRecord.from_json(data)
+
+
 def newer_terms(client: JournalClient, channel: str, term: int) -> list[int]:
     """Terms of the channel above `term` (one LIST from `term` on)."""
     return _terms(client, channel).newer(term)
@@ -129,16 +140,93 @@ class Heartbeat:
         beats = self.chain.numbers()
         self.seq = beats[-1] if beats else 0
 
-    def beat(self) -> bool:
-        """Write the next beat; False if another process with our node id wrote it first."""
+    def beat(self, channels: dict[str, dict[str, Any]] | None = None) -> bool:
+        """Write the next beat; False if another process with our node id wrote it first.
+
+        `channels`: per owned channel, its anchor and idle tick (see
+        `oncelog.streaming.node`): `{"term", "offset", "tick", "idle", "open"}`. Costs one
+        PUT, and one DELETE of the beat KEEP links back, whatever the number of channels."""
         seq = self.seq + 1
-        doc = {"node_id": self.node_id, "address": self.address, "token": self.token,
-               "seq": seq, "time": time.time()}
+        doc: dict[str, Any] = {"node_id": self.node_id, "address": self.address,
+                               "token": self.token, "seq": seq, "time": time.time()}
+        if channels is not None:
+            doc["channels"] = channels
         won = self.chain.put(seq, orjson.dumps(doc))
         self.seq = seq if won else max(seq, _last_beat(self.client, self.node_id))
         if won and seq > self.KEEP:
             self.client.meta.delete(self.chain.path(seq - self.KEEP))
         return won
+
+
+def read_beat(client: JournalClient, node_id: str) -> dict[str, Any] | None:
+    """The newest beat of `node_id` (one LIST, one GET), or None if it never beat."""
+    link = _chain(client, _beats_dir(node_id)).latest()
+    if link is None:
+        return None
+    doc = orjson.loads(link.data)
+    return doc if isinstance(doc, dict) else None
+
+
+def idle_tick(client: JournalClient, channel: str) -> tuple[int, int] | None:
+    """(offset, tick) of the idle tick in the newest beat of the channel's owner: every line
+    of the channel before `offset` ticks below `tick`, every line after it above. None
+    unless that owner (node and incarnation) still holds the newest term AFTER the beat was
+    read: a failover owner reads the old owner's beat after taking its term, and continues
+    above it. For any reader of channels (a consumer, `read_time_ordered`): two LIST and
+    GET pairs, and one LIST."""
+    record = latest_term(client, channel)
+    if record is None or not record.node_id:
+        return None
+    beat = read_beat(client, record.node_id)
+    if beat is None or beat.get("token") != record.token:
+        return None
+    entry = (beat.get("channels") or {}).get(channel)
+    if not isinstance(entry, dict) or entry.get("term") != record.term:
+        return None
+    idle = int(entry.get("idle", 0))
+    if not idle or newer_terms(client, channel, record.term):
+        return None
+    return int(entry["offset"]), idle
+
+
+def idle_ticks(client: JournalClient) -> Callable[[str], tuple[int, int] | None]:
+    """The idle ticks of the store's channels as `read_time_ordered(..., idle=...)` takes
+    them: `idle_ticks(client)(channel)` is `idle_tick(client, channel)`."""
+    return lambda channel: idle_tick(client, channel)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """What one listing of `streaming/` shows: each channel's newest term number and each
+    node's newest beat number."""
+
+    terms: dict[str, int]
+    beats: dict[str, int]
+
+    @classmethod
+    def read(cls, client: JournalClient) -> StoreView:
+        """ONE recursive listing of `<root>/.oncelog/streaming/` (paginated by the store
+        past 1000 objects): the cost of a failover scan, whatever the number of channels."""
+        store = client.store
+        names = [o.name for o in store.backend.walk(store.meta_path("streaming"))]
+        terms: dict[str, int] = {}
+        beats: dict[str, int] = {}
+        for name in names:
+            head, _, leaf = name.rpartition("/")
+            m = _LINK.fullmatch(leaf)
+            if m is None:
+                continue
+            n = int(m.group(1), 16)
+            if head.startswith("channels/") and head.endswith("/terms"):
+                channel = head[len("channels/"):-len("/terms")]
+                terms[channel] = max(terms.get(channel, 0), n)
+            elif head.startswith("nodes/") and head.endswith("/beats"):
+                node = head[len("nodes/"):-len("/beats")]
+                beats[node] = max(beats.get(node, 0), n)
+        return cls(terms, beats)
+
+
+_LINK = re.compile(r"([0-9a-f]{16})\.json")
 
 
 def _last_beat(client: JournalClient, node_id: str) -> int:
@@ -155,8 +243,11 @@ class LeaseWatcher:
         self.lease_timeout = lease_timeout
         self._seen: dict[str, tuple[int, float]] = {}
 
-    def expired(self, node_id: str) -> bool:
-        seq = _last_beat(self.client, node_id)
+    def expired(self, node_id: str, seq: int | None = None) -> bool:
+        """Whether `node_id`'s lease expired; `seq`: its newest beat as listed already
+        (StoreView), else one LIST here."""
+        if seq is None:
+            seq = _last_beat(self.client, node_id)
         now = time.monotonic()
         last = self._seen.get(node_id)
         if last is None or last[0] != seq:

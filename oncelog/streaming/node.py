@@ -12,8 +12,11 @@ fenced for that channel for good: it answers CHANNEL_FENCED and appends nothing 
 
 Messages are ordinary JSON lines of the journal (`{"uuid", "vchannel", "payload",
 "properties"}`), so `read_committed`, consumers and Spark read channels straight from the
-store. Time ticks of idle channels are ACK_TXN messages of the node's own producer: invisible
-to read-committed readers, but progress for `read_time_ordered`.
+store. Time ticks of idle channels are not in the journal: they travel in the node's
+heartbeat with each owned channel's anchor (its tick at an offset, and the transactions open
+there), and the node's next append to the channel begins with a floor line (an ACK of the
+node's tick producer) so that later lines tick above them. An idle node costs a bounded
+number of store requests per heartbeat, whatever its channels.
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ CONTENT_TYPE = "application/x-ndjson"
 _KNOWN_TXNS = 1 << 16
 """Client-stamped transactions a node remembers (for orphan commits and rollbacks)."""
 _NIL_PRODUCER = bytes(6)
+CHANNEL_COMPACT_AFTER = 64
+"""Small fragments after which a channel's owner compacts it (FragmentSpec.compact_after)."""
+INHERIT_SECONDS = 120.0
+"""How long a new owner keeps the previous owner's open-transaction begins in its anchors
+(the client finishes such a transaction on it within its retry_timeout, 30 s)."""
 
 
 @dataclass
@@ -182,20 +190,32 @@ class _TickedLines:
     OUTSIDE_TXN message itself, or the ACK of a transaction (its messages share the ACK's
     tick)."""
 
-    __slots__ = ("tick", "begin")
+    __slots__ = ("tick", "begin", "end", "_anchor", "_on_position")
 
-    def __init__(self) -> None:
-        self.tick = 0
+    def __init__(self, anchor: int = 0, tick: int = 0,
+                 on_position: Callable[[int], None] | None = None) -> None:
+        # Lines before `anchor` (read only for the transactions open there) do not count:
+        # `tick` is the channel's tick at `anchor` (an anchor, see StreamingNode).
+        self.tick = tick
         self.begin = -1
+        self.end = anchor
+        self._anchor = anchor
+        self._on_position = on_position
 
     def over(self, batches: Iterator[list[Any]]) -> Iterator[Any]:
+        """The envelopes of `batches`, counting ticks; after each batch (once the sequencer
+        yielded everything its lines committed), `on_position(end of its last line)`."""
         for batch in batches:
             for env in batch:
-                clock = env.ids[1]
-                prev = self.tick
-                self.tick = prev + 1 if clock <= prev else clock
+                if env.begin >= self._anchor:
+                    clock = env.ids[1]
+                    prev = self.tick
+                    self.tick = prev + 1 if clock <= prev else clock
                 self.begin = env.begin
+                self.end = env.end
                 yield env
+            if self._on_position is not None and batch:
+                self._on_position(self.end)
 
 
 class _ChannelTicks:
@@ -256,6 +276,42 @@ class _ChannelTicks:
                 return []
             return self._done.pop(aa)
 
+    def seed(self, offset: int, tick: int) -> None:
+        """Start from an anchor (the channel's tick `tick` at line boundary `offset`, from
+        the previous owner's beat) instead of offset 0. Before any append is registered."""
+        with self._lock:
+            self.offset, self.tick = offset, tick
+
+    def catch_up(self, end: int) -> bool:
+        """Count the lines up to `end` (the head) if no append of ours is pending; True if
+        `offset` is then `end`."""
+        with self._lock:
+            with self._queue_lock:
+                if self._queue:
+                    return False
+            if end > self.offset:
+                self._read_gap(end)
+            return self.offset >= end
+
+    def settled(self) -> tuple[int, int] | None:
+        """(offset, tick) if no registered append of ours is waiting to be counted (so every
+        append of ours registered so far ends at or before `offset`), else None. Caller
+        holds the journal's write lock, so none can be registered meanwhile."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            with self._queue_lock:
+                if self._queue:
+                    return None
+            return self.offset, self.tick
+        finally:
+            self._lock.release()
+
+    def anchor(self) -> tuple[int, int]:
+        """A consistent (offset, tick at offset)."""
+        with self._lock:
+            return self.offset, self.tick
+
     def _read_gap(self, end: int) -> None:
         from oncelog.reading import read_uncommitted
 
@@ -267,7 +323,9 @@ class _ChannelTicks:
 
 
 def read_ticked(
-    client: JournalClient, name: str, start: int, on_open: Callable[[Any], None] | None = None
+    client: JournalClient, name: str, start: int, on_open: Callable[[Any], None] | None = None,
+    *, origin: tuple[int, int, int] = (0, 0, 0),
+    on_position: Callable[[int], None] | None = None,
 ) -> Generator[tuple[Any, int], None, None]:
     """Read-committed envelopes of channel `name` (ACKs included) that are committed at or
     after offset `start`, each with its time tick, tailing the channel.
@@ -279,19 +337,27 @@ def read_ticked(
     messages from before it, and its ticks equal every other reader's. An envelope is
     committed at the line that made the sequencer yield it (`_TickedLines`): its own for a
     committed message, the ACK for a transaction's messages, which carry the ACK's tick.
-    The price: a consumer starting mid-channel reads the channel's history first."""
+    The price: a consumer starting mid-channel reads the channel's history first.
+
+    `origin` = (lo, anchor, tick) starts from an anchor instead (see StreamingNode): the
+    channel's tick at line boundary `anchor` <= `start` is `tick`, and every transaction
+    open at `anchor` began at or after `lo` <= `anchor`. Sequencing then starts at `lo`,
+    so those transactions are delivered when they commit after `start`, and only the
+    history from `lo` is read. `on_position(end)`: every line before `end` was pulled and
+    everything it committed yielded (called from the generator, in order)."""
     from oncelog.reading import read_uncommitted, read_uncommitted_batches
     from oncelog.sequencer import Sequencer
 
     def replay(journal: str, begin: int, end: int) -> Iterator[Any]:
         return read_uncommitted(client, journal, begin, end=end, on_error="skip", exact=True)
 
-    lines = _TickedLines()
-    batches = read_uncommitted_batches(client, name, 0, block=True, on_error="skip",
+    lo, anchor, tick = origin
+    lines = _TickedLines(anchor, tick, on_position)
+    batches = read_uncommitted_batches(client, name, lo, block=True, on_error="skip",
                                        on_open=on_open)
     try:
-        for env in Sequencer(offsets={name: 0}).sequence(lines.over(batches), replay,
-                                                         acks=True):
+        for env in Sequencer(offsets={name: lo}).sequence(lines.over(batches), replay,
+                                                          acks=True):
             if lines.begin >= start:
                 yield env, lines.tick
     finally:
@@ -392,11 +458,56 @@ class _Channel:
         self.draining: str | None = None  # set: requests are refused (see StreamingNode.drain)
         self.last_append = time.monotonic()
         self.ticks = _ChannelTicks(client, record.channel)  # of the lines, for answers
+        # Idle ticks (see StreamingNode._ticks): `idle` is the newest, valid at line boundary
+        # `idle_offset`; `floor` is an idle tick no line in the journal carries yet: the next
+        # append of this node begins with a floor line (an ACK of the node's tick producer
+        # whose clock is `floor`), so every later line's tick is above it.
+        self.idle = 0
+        self.idle_offset = -1
+        self.floor = 0
+        self.last_idle = 0.0
+        self.synced = False  # `ticks` counted up to the head once since the take
+        # Transactions open here (their first append), and begins inherited from the
+        # previous owner's anchor (kept until `inherited_until`, monotonic).
+        self.txns: weakref.WeakSet[_Txn] = weakref.WeakSet()
+        self.inherited: list[int] = []
+        self.inherited_until = 0.0
+        self.broadcasts: dict[int, int] = {}  # in progress: id -> ticks offset at its start
         self._cv = threading.Condition()
         self._started = 0  # checks started
         self._done = 0  # the newest check finished (its start number)
         self._running = False
         self._busy = 0  # requests taken off a stream and not answered yet
+
+    def lead(self, producer: bytes) -> tuple[bytes, list[int]]:
+        """The floor line to write first in an append (and its clock), or nothing. Caller
+        holds the journal's write lock (so the floor is written exactly once, before any
+        other line of this node after the idle tick)."""
+        floor = self.floor
+        if not floor:
+            return b"", []
+        self.floor = 0
+        text = str(build_uuid(producer, floor, ACK_TXN))
+        return orjson.dumps({"uuid": text}) + b"\n", [floor]
+
+    def open_begins(self, offset: int) -> list[int]:
+        """Begins (below `offset`) of the transactions open at `offset` that this node knows:
+        its own (first append durable below `offset`), broadcasts in progress, and those
+        inherited from the previous owner's anchor."""
+        begins = [b for b in self.broadcasts.values() if b < offset]
+        for txn in list(self.txns):
+            aa = txn.first_append
+            if txn.state is not TxnState.OPEN or aa is None or not aa.done():
+                continue
+            try:
+                begin = aa.result().begin
+            except Exception:  # noqa: BLE001 - not in the journal
+                continue
+            if begin < offset:
+                begins.append(begin)
+        if time.monotonic() < self.inherited_until:
+            begins.extend(b for b in self.inherited if b < offset)
+        return sorted(set(begins))
 
     def enter(self) -> None:
         """A stream took a request of this channel (answered later: `leave`)."""
@@ -472,6 +583,7 @@ class _Txn:
     pt: ProducerTransaction = field(default_factory=ProducerTransaction)
     stamped_by_client: bool | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    first_append: Any = None  # AsyncAppend of its first messages (for anchors' open begins)
 
     @property
     def state(self) -> TxnState:
@@ -489,6 +601,7 @@ class _Pending:
     txn_id: int = 0
     time_tick: int = 0
     on_durable: Callable[[], None] | None = None
+    lead: int = 0  # bytes of a floor line written before the request's lines (not a message)
     # A ProduceBatchRequest: per request (id, error answer or None, message sizes, tick);
     # the valid ones' bytes are `appends[0]`, in this order.
     batch: list[_BatchItem] | None = None
@@ -648,7 +761,9 @@ class _ProducerStream:
                 item.error = _err(Code.INNER, f"{type(exc).__name__}: {exc}")
             return pending
         try:
-            chunks: list[bytes] = []
+            lead, lead_clocks = self.channel.lead(self.node.tick_producer)
+            chunks: list[bytes] = [lead] if lead else []
+            pending.lead = len(lead)
             for item, lines, messages in parts:
                 if lines is None:
                     self.clock.update()
@@ -661,8 +776,10 @@ class _ProducerStream:
                     item.sizes = [len(line) for line in lines]
                 chunks.extend(lines)
             aa.write(b"".join(chunks))
-            self.channel.ticks.wrote(aa, [c for item, _, _ in parts for c in item.clocks])
+            self.channel.ticks.wrote(
+                aa, lead_clocks + [c for item, _, _ in parts for c in item.clocks])
         except BaseException:
+            self.channel.floor = self.channel.floor or (lead_clocks[0] if lead_clocks else 0)
             aa.abort()
             raise
         aa.release()
@@ -767,6 +884,7 @@ class _ProducerStream:
         aa: AsyncAppend = self.node.client.start_append(self.channel.name)
         sizes = []
         try:
+            lead, lead_clocks = self.channel.lead(self.node.tick_producer)
             if stamp is None:
                 data = b"".join(lines)
                 sizes = [len(line) for line in lines]
@@ -781,14 +899,15 @@ class _ProducerStream:
                     parts.append(encode_message(msg, text))
                 data = b"".join(parts)
                 sizes = [len(p) for p in parts]
-            aa.write(data)
-            self.channel.ticks.wrote(aa, clocks)
+            aa.write(lead + data)
+            self.channel.ticks.wrote(aa, lead_clocks + clocks)
         except BaseException:
+            self.channel.floor = self.channel.floor or (lead_clocks[0] if lead_clocks else 0)
             aa.abort()
             raise
         aa.release()
         self.channel.last_append = time.monotonic()
-        return _Pending(request_id, [aa], [sizes], txn_id=txn_id)
+        return _Pending(request_id, [aa], [sizes], txn_id=txn_id, lead=len(lead))
 
     # Transactions --------------------------------------------------------------------------
 
@@ -868,6 +987,9 @@ class _ProducerStream:
                 lines = [encode_message(m, str(u)) for m, u in zip(msgs, uuids)]
                 clocks = [parse_uuid_fields(str(u))[1] for u in uuids]
             pending = self._append(request_id, lines, clocks, txn_id=txn.txn_id)
+            if txn.first_append is None:
+                txn.first_append = pending.appends[0]
+                self.channel.txns.add(txn)
             pt.touch()
             return pending
 
@@ -976,7 +1098,7 @@ class _ProducerStream:
             # (an orphan commit): a node that lost the channel must not roll it back.
             if txn.stamped_by_client and not self.channel.confirm():
                 return
-            self.node.client.append(self.channel.name, orjson.dumps({"uuid": ack}) + b"\n")
+            self.node.append_plain(self.channel, orjson.dumps({"uuid": ack}) + b"\n")
         except Exception as exc:  # noqa: BLE001 - never acknowledged: readers drop it anyway
             log.warning("rollback of a transaction on %r failed: %s", self.channel.name, exc)
 
@@ -1018,7 +1140,7 @@ class _ProducerStream:
         if item.batch is None:
             item.time_tick = ticks[-1] if ticks else 0
             return
-        at = 0
+        at = 1 if item.lead else 0  # the floor line's tick comes first
         for sub in item.batch:
             if sub.error is None and sub.clocks:
                 at += len(sub.clocks)
@@ -1060,7 +1182,7 @@ class _ProducerStream:
             else:
                 ids = []
                 for res, sizes in zip(got, item.sizes):  # type: ignore[arg-type]
-                    begin = res.begin
+                    begin = res.begin + item.lead
                     for size in sizes:
                         ids.append(pb.MessageID(channel=self.channel.name, begin=begin,
                                                 end=begin + size))
@@ -1095,7 +1217,7 @@ class _ProducerStream:
                 f"{self.channel.fenced}; this request is not acknowledged (it may be in "
                 "the journal: resend it with the same UUIDs to the new owner)",
             )
-        begin = got[0].begin if got and not isinstance(got, Exception) else 0
+        begin = got[0].begin + item.lead if got and not isinstance(got, Exception) else 0
         name = self.channel.name
         answers = []
         for sub in item.batch:
@@ -1134,8 +1256,9 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         # Client-stamped transactions by (channel, producer), newest last (at most
         # _KNOWN_TXNS): orphan commits and rollbacks settle them (see _orphan_ack).
         self._txns: OrderedDict[tuple[str, bytes], _Txn] = OrderedDict()
-        self._tick_producer = new_producer_id()
+        self.tick_producer = new_producer_id()  # its ACKs are floor lines (idle ticks)
         self._tick_clock = Clock()
+        self._records: dict[str, meta.TermRecord] = {}  # newest term records seen by scans
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
         self._heartbeat: meta.Heartbeat | None = None
@@ -1204,6 +1327,8 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             )
             if meta.take_term(self.client, record):
                 channel = _Channel(self.client, record)
+                self._continue_from(channel, latest)
+                self._compact(name)
                 with self._lock:
                     old = self._owned.get(name)
                     if old is not None:
@@ -1215,6 +1340,56 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                 return channel
         raise StreamingError(Code.CHANNEL_FENCED, f"could not take channel {name!r}: other "
                              "nodes kept taking it")
+
+    def _continue_from(self, channel: _Channel, previous: meta.TermRecord | None) -> None:
+        """Continue the channel's ticks from its previous owner's newest beat (taken after
+        our term, so that owner publishes no later idle tick a consumer would accept, see
+        Consume): its anchor seeds our counting (we read only the lines after it, not the
+        channel from offset 0), its idle tick becomes our floor, its open transactions'
+        begins our anchors' for INHERIT_SECONDS. Without a beat: offset 0, as before."""
+        if previous is None:
+            return
+        try:
+            if not previous.node_id and previous.term > 1:  # released: its releaser's
+                previous = meta.read_term(self.client, channel.name, previous.term - 1)
+                if previous is None or not previous.node_id:
+                    return
+            beat = meta.read_beat(self.client, previous.node_id)
+            entry = ((beat or {}).get("channels") or {}).get(channel.name)
+            if not isinstance(entry, dict) or int(entry.get("term", 0)) >= channel.term:
+                return
+            channel.ticks.seed(int(entry["offset"]), int(entry["tick"]))
+            channel.floor = max(int(entry.get("idle", 0)), int(entry.get("floor", 0)))
+            channel.idle = channel.floor
+            channel.inherited = [int(b) for b in entry.get("open", ())]
+            channel.inherited_until = time.monotonic() + max(
+                INHERIT_SECONDS, 2 * self.config.txn_keepalive)
+        except Exception as exc:  # noqa: BLE001 - counted from offset 0 instead
+            log.warning("channel %r: no anchor from its previous owner: %s", channel.name, exc)
+
+    def _compact(self, name: str) -> None:
+        """Have the client's auto-compactor compact this channel behind its head (channels
+        created before carry no compact_after in their spec: CHANNEL_COMPACT_AFTER)."""
+        try:
+            spec = self.client.get(name)
+            self.client.compact_automatically(
+                name, None if spec.fragment.compact_after else CHANNEL_COMPACT_AFTER
+            )
+        except Exception as exc:  # noqa: BLE001 - compaction is an optimisation
+            log.warning("channel %r: no auto-compaction: %s", name, exc)
+
+    def append_plain(self, channel: _Channel, line: bytes) -> None:
+        """Append `line` (not counted for answers' ticks), after the channel's floor line
+        if one is due; wait until durable."""
+        aa = self.client.start_append(channel.name)
+        try:
+            lead, _ = channel.lead(self.tick_producer)
+            aa.write(lead + line)
+        except BaseException:
+            aa.abort()
+            raise
+        aa.release()
+        aa.result()
 
     def _owned_channel(self, name: str, term: int) -> _Channel:
         with self._lock:
@@ -1261,66 +1436,152 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
     # The keeper: heartbeats, time ticks, failover -----------------------------------------
 
     def _keep(self) -> None:
+        """Every `heartbeat_interval`: idle ticks, then one beat carrying them and every
+        owned channel's anchor, then one scan. The store requests per round are bounded
+        whatever the number of channels: one PUT and one DELETE (the beat), one recursive
+        LIST (the scan), plus one GET per term that changed since the last scan."""
         cfg = self.config
         next_scan = time.monotonic() + cfg.heartbeat_interval * random.uniform(0.5, 1.0)
         while not self._stop.wait(min(cfg.heartbeat_interval, cfg.tick_interval) / 2):
             now = time.monotonic()
             try:
+                self._ticks()
                 if now >= next_scan:
                     next_scan = now + cfg.heartbeat_interval
                     assert self._heartbeat is not None
-                    if not self._heartbeat.beat():
+                    if not self._heartbeat.beat(self._anchors()):
                         log.warning("another process beats as node %r", cfg.node_id)
-                    if cfg.failover:
-                        self._failover_scan()
-                self._ticks()
+                    self._scan()
             except Exception as exc:  # noqa: BLE001 - the store may be down: try again later
                 log.warning("streaming keeper: %s", exc)
                 self._store_error("keeper")
 
     def _ticks(self) -> None:
-        """Append a time tick (an ACK of our tick producer) to owned channels idle for
-        tick_interval, so time-ordered readers move on."""
+        """Give each owned channel idle for tick_interval an idle tick, written to NO
+        journal: it goes out in the next beat (and to this node's consumers at once).
+
+        Under the journal's write lock, with every append of ours counted (else the
+        channel is not idle), the tick is T = max(tick at the head + 1, our clock, the
+        previous idle tick + 1), valid at the head (`idle_offset`): every line before has
+        a lower tick, and our next append begins with a floor line of clock T (see
+        `_Channel.lead`), so every later line has a higher one."""
         now = time.monotonic()
         with self._lock:
             idle = [c for c in self._owned.values()
-                    if c.fenced is None and now - c.last_append >= self.config.tick_interval]
+                    if c.fenced is None and c.draining is None
+                    and now - max(c.last_append, c.last_idle) >= self.config.tick_interval]
         for channel in idle:
-            self._tick_clock.update()
-            text = str(build_uuid(self._tick_producer, self._tick_clock.tick(), ACK_TXN))
-            channel.last_append = now
-            self.client.append(channel.name, orjson.dumps({"uuid": text}) + b"\n")
-            channel.confirm()  # notice a lost channel even when nobody produces
+            if not channel.synced:
+                # Once after the take: count the lines the previous owner (or anyone)
+                # wrote after the anchor we continue from.
+                if not channel.ticks.catch_up(self.client.head(channel.name)):
+                    continue
+                channel.synced = True
+            aa = self.client.start_append(channel.name)  # the write lock; nothing written
+            try:
+                settled = channel.ticks.settled()
+                if settled is None:
+                    continue
+                offset, tick = settled
+                self._tick_clock.update()
+                idle_tick = max(tick + 1, self._tick_clock.tick(), channel.idle + 1)
+                channel.idle, channel.idle_offset = idle_tick, offset
+                channel.floor = idle_tick
+                channel.last_idle = now
+            finally:
+                aa.abort()
 
-    def _failover_scan(self) -> None:
-        """Take the channels whose owner's lease expired (or that a previous incarnation of
-        this node id owned). Every live node races; the term's put-if-absent picks one."""
-        specs = self.client.list()
-        for spec in specs:
-            if spec.owner is None or spec.owner.role != meta.CHANNEL_ROLE:
-                continue
-            with self._lock:
-                mine = self._owned.get(spec.name)
+    def idle_tick(self, name: str) -> tuple[int, int] | None:
+        """(offset, tick) of this node's newest idle tick of `name`, if it owns it."""
+        with self._lock:
+            channel = self._owned.get(name)
+        if channel is None or channel.fenced is not None or not channel.idle:
+            return None
+        return channel.idle_offset, channel.idle
+
+    def _anchors(self) -> dict[str, dict[str, Any]]:
+        """What the beat carries per owned channel: the anchor {term, offset, tick, open}
+        (the channel's tick at line boundary `offset`, and the begins of the transactions
+        open there) and `idle`, the idle tick valid at `offset` (0: none), and `floor`, an
+        idle tick no line carries yet (the next owner starts above it)."""
+        with self._lock:
+            owned = [c for c in self._owned.values() if c.fenced is None]
+        out: dict[str, dict[str, Any]] = {}
+        for c in owned:
+            offset, tick = c.ticks.anchor()
+            out[c.name] = {
+                "term": c.term, "offset": offset, "tick": tick,
+                "idle": c.idle if c.idle_offset == offset else 0,
+                "floor": c.floor, "open": c.open_begins(offset),
+            }
+        return out
+
+    def channel_anchor(self, name: str) -> tuple[int, int, list[int]] | None:
+        """The newest anchor of `name` (offset, tick, open begins): this node's own if it
+        owns the channel, else its owner's newest beat's (one LIST and GET for the term,
+        one LIST and GET for the beat); None if there is none."""
+        with self._lock:
+            channel = self._owned.get(name)
+        if channel is not None and channel.fenced is None:
+            offset, tick = channel.ticks.anchor()
+            return offset, tick, channel.open_begins(offset)
+        record = meta.latest_term(self.client, name)
+        if record is None:
+            return None
+        if not record.node_id and record.term > 1:
+            record = meta.read_term(self.client, name, record.term - 1)
+            if record is None:
+                return None
+        beat = meta.read_beat(self.client, record.node_id)
+        entry = ((beat or {}).get("channels") or {}).get(name)
+        if not isinstance(entry, dict):
+            return None
+        return int(entry["offset"]), int(entry["tick"]), [int(b) for b in entry.get("open", ())]
+
+    def _scan(self) -> None:
+        """One listing of every term record and beat (meta.StoreView). Fence owned channels
+        that have a higher term (even when nobody produces). With `--failover`, take the
+        channels whose owner's lease expired (or that a previous incarnation of this node
+        id owned, or that were released). Every live node races; the term's put-if-absent
+        picks one."""
+        view = meta.StoreView.read(self.client)
+        now = time.monotonic()
+        with self._lock:
+            owned = dict(self._owned)
+        for name, term in view.terms.items():
+            mine = owned.get(name)
             if mine is not None and mine.fenced is None:
+                # As an idle channel's tick did before: a channel idle for tick_interval
+                # notices its higher term (one with appends notices it at its next check).
+                if term > mine.term and now - mine.last_append >= self.config.tick_interval:
+                    mine.fence(f"term {term} was taken by another node")
+                    self._notify_change()
                 continue
-            latest = meta.latest_term(self.client, spec.name)
-            if latest is None:
+            if not self.config.failover:
                 continue
+            latest = self._records.get(name)
+            if latest is None or latest.term != term:
+                latest = meta.read_term(self.client, name, term)
+                if latest is None:
+                    continue
+                self._records[name] = latest
             if not latest.node_id:
                 # Released by its owner (UnassignChannel): taken at once, by any node but
                 # the one that released it.
                 with self._lock:
-                    if self._released.get(spec.name) == latest.term:
+                    if self._released.get(name) == latest.term:
                         continue
             elif latest.node_id == self.config.node_id:
                 if latest.token == self.token:
                     continue
-            elif not self._leases.expired(latest.node_id):
+            elif not self._leases.expired(latest.node_id, view.beats.get(latest.node_id, 0)):
                 continue
             try:
-                self.take(spec.name)
+                self.take(name)
             except StreamingError as exc:
-                log.info("failover of %r: %s", spec.name, exc)
+                log.info("failover of %r: %s", name, exc)
+        for gone in set(self._records) - set(view.terms):
+            del self._records[gone]
 
     def close(self) -> None:
         """Stop: health turns NOT_SERVING at once (load balancers and clients move away
@@ -1336,12 +1597,13 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
     # RPCs ------------------------------------------------------------------------------
 
     def CreateChannel(self, request: pb.CreateChannelRequest, context: Any) -> Any:
-        from oncelog.journal import JournalExists, JournalOwner, JournalSpec
+        from oncelog.journal import FragmentSpec, JournalExists, JournalOwner, JournalSpec
 
         try:
             spec = JournalSpec(
                 request.name,
                 labels=dict(request.labels),
+                fragment=FragmentSpec(compact_after=CHANNEL_COMPACT_AFTER),
                 owner=JournalOwner(meta.CHANNEL_ROLE, self.config.address, request.description),
             )
         except Exception as exc:  # noqa: BLE001 - a bad name or label
@@ -1552,7 +1814,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
 
         name = request.channel.name
         try:
-            start, keep = self._consume_plan(request)
+            start, keep, origin = self._consume_plan(request)
         except StreamingError as exc:
             yield pb.ConsumeResponse(error=_err(exc.code, exc.cause))
             return
@@ -1575,11 +1837,65 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         last_tick = 0
         skip = request.skip  # a resumed consumer: these were delivered before
         resume_after = request.resume_after if request.HasField("resume_after") else None
-        it = read_ticked(self.client, name, start, opened)
-        try:
-            for env, clock in it:
-                if stopped.is_set():
+        items: queue.Queue[tuple[str, Any, int]] = queue.Queue(maxsize=4096)
+
+        def put(item: tuple[str, Any, int]) -> None:
+            while not stopped.is_set():
+                try:
+                    items.put(item, timeout=0.2)
                     return
+                except queue.Full:
+                    continue
+
+        def read() -> None:
+            it = read_ticked(self.client, name, start, opened, origin=origin,
+                             on_position=lambda end: put(("pos", None, end)))
+            try:
+                for env, clock in it:
+                    put(("env", env, clock))
+                put(("end", None, 0))
+            except Exception as exc:  # noqa: BLE001 - e.g. the journal was deleted
+                put(("err", exc, 0))
+            finally:
+                it.close()
+
+        reader = threading.Thread(target=read, name="oncelog-consume", daemon=True)
+        reader.start()
+        position = origin[0]  # every line before it was read and what it committed sent
+        poll = min(self.config.heartbeat_interval, self.config.tick_interval)
+        next_poll = time.monotonic()
+        try:
+            while not stopped.is_set():
+                try:
+                    kind, env, clock = items.get(timeout=poll / 2)
+                except queue.Empty:
+                    kind, env, clock = "idle", None, 0
+                if kind == "err":
+                    if not stopped.is_set():
+                        yield pb.ConsumeResponse(error=_err(
+                            Code.INNER, f"{type(env).__name__}: {env}"))
+                    return
+                if kind == "end":
+                    return
+                if kind == "pos":
+                    position = max(position, clock)
+                if kind in ("pos", "idle") and ticks and not skip \
+                        and time.monotonic() >= next_poll:
+                    # Idle ticks travel in beats, not in the journal: sent once every line
+                    # before the tick's offset was read (all lines after it tick higher).
+                    next_poll = time.monotonic() + poll
+                    idle = self.idle_tick(name)
+                    if idle is None:
+                        try:
+                            idle = meta.idle_tick(self.client, name)
+                        except Exception as exc:  # noqa: BLE001 - the store: later
+                            log.debug("idle tick of %r: %s", name, exc)
+                    if idle is not None and position >= idle[0] and idle[1] > last_tick:
+                        last_tick = idle[1]
+                        yield pb.ConsumeResponse(time_tick=pb.TimeTickResponse(
+                            time_tick=idle[1], offset=idle[0]))
+                if kind != "env":
+                    continue
                 flags = env.ids[2]
                 if flags == Flags.ACK_TXN:
                     if ticks and clock > last_tick and not skip:
@@ -1606,15 +1922,15 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                     message=decode_message(doc),
                     time_tick=clock,
                 ))
-        except Exception as exc:  # noqa: BLE001 - e.g. the journal was deleted
-            if not stopped.is_set():
-                yield pb.ConsumeResponse(error=_err(Code.INNER, f"{type(exc).__name__}: {exc}"))
         finally:
-            it.close()
+            stop()
 
     def _consume_plan(
         self, request: pb.ConsumeRequest
-    ) -> tuple[int, Callable[[int, dict[str, Any]], bool]]:
+    ) -> tuple[int, Callable[[int, dict[str, Any]], bool], tuple[int, int, int]]:
+        """Where the consumer starts, its filter, and where it sequences from (`read_ticked`'s
+        origin): the newest anchor at or before its start (a fresh consumer of `latest`,
+        `start_from`, `start_after`), else offset 0 (`all`, a resumed consumer, no anchor)."""
         name = request.channel.name
         try:
             exists = self.client.exists(name)
@@ -1624,6 +1940,12 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist")
         policy = request.deliver_policy
         kind = policy.WhichOneof("policy") or "all"
+        anchor: tuple[int, int, list[int]] | None = None
+        if kind != "all" and not request.skip:
+            try:
+                anchor = self.channel_anchor(name)  # before the head: at or before it
+            except Exception as exc:  # noqa: BLE001 - read from offset 0 instead
+                log.info("no anchor of %r: %s", name, exc)
         if kind == "all":
             start = 0
         elif kind == "latest":
@@ -1657,7 +1979,11 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                 return False
             return not vchannels or doc.get("vchannel") in vchannels
 
-        return start, keep
+        origin = (0, 0, 0)
+        if anchor is not None and 0 < anchor[0] <= start:
+            offset, tick, begins = anchor
+            origin = (min([offset, *begins]), offset, tick)
+        return start, keep, origin
 
     def Broadcast(self, request: pb.BroadcastRequest, context: Any) -> Any:
         from oncelog.message import JSONMessage
@@ -1686,12 +2012,22 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                 pub.producer_id = producer
             else:
                 pub = Publisher(self.client)
-            appends = []
-            with pub.transaction():
+            appends: list[Any] = []
+            key = id(appends)
+            try:
                 for c in channels:
-                    doc = orjson.loads(encode_message(request.message, ""))
-                    appends.append(pub.publish_uncommitted(_to(c.name), JSONMessage(doc)))
-            results = [a.result() for a in appends]
+                    # Open at the anchors taken meanwhile; after the idle tick's floor.
+                    c.broadcasts[key] = c.ticks.anchor()[0]
+                    if c.floor:
+                        self.append_plain(c, b"")
+                with pub.transaction():
+                    for c in channels:
+                        doc = orjson.loads(encode_message(request.message, ""))
+                        appends.append(pub.publish_uncommitted(_to(c.name), JSONMessage(doc)))
+                results = [a.result() for a in appends]
+            finally:
+                for c in channels:
+                    c.broadcasts.pop(key, None)
             for c in channels:
                 c.last_append = time.monotonic()
             return pb.BroadcastResponse(ids=[

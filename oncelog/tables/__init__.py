@@ -64,15 +64,21 @@ class _Segments:
         return collect(client, journal, grace, dry_run)
 
     def verify(self, client: JournalClient, journal: str) -> list[VerifyProblem]:
+        from oncelog.journal.errors import JournalError
         from oncelog.journal.verify import VerifyProblem
         from oncelog.tables.segments import iter_problems
 
         if importlib.util.find_spec("pyarrow") is None:
             return []
-        return [
-            VerifyProblem(journal, where, begin, end, what)
-            for where, begin, end, what in iter_problems(client, journal)
-        ]
+        try:
+            return [
+                VerifyProblem(journal, where, begin, end, what)
+                for where, begin, end, what in iter_problems(client, journal)
+            ]
+        except JournalError:
+            # The journal itself cannot be opened (a corrupt record, say): the fragments'
+            # check reports that; segments are checked once it can.
+            return []
 
 
 register_extension(_Segments())

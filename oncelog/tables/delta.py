@@ -88,13 +88,16 @@ def _ensure_table(
     transactions against the commits since its snapshot, and a commit that creates the
     table has none, so data is only ever appended to an existing table."""
     from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
     options = dict(storage_options or {})
     try:
         DeltaTable(table_uri, storage_options=options)
     except TableNotFoundError:
-        DeltaTable.create(table_uri, schema, mode="ignore", storage_options=options or None)
+        try:
+            DeltaTable.create(table_uri, schema, mode="ignore", storage_options=options or None)
+        except CommitFailedError:
+            pass  # another exporter created it meanwhile: the caller reads it again
 
 
 def rows_between(client: JournalClient, journal: str, since: int, stop: int,

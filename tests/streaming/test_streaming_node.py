@@ -330,6 +330,7 @@ def test_broadcast_is_atomic_across_channels(local_store: StoreTarget, start_nod
 def test_idle_channels_get_time_ticks(local_store: StoreTarget, start_node: Any,
                                       client_of: Any) -> None:
     from oncelog.merge import read_time_ordered
+    from oncelog.streaming import idle_ticks
 
     node = start_node(local_store, "n1", tick=0.1)
     c = client_of(node.address)
@@ -349,7 +350,9 @@ def test_idle_channels_get_time_ticks(local_store: StoreTarget, start_node: Any,
     packs: queue.Queue[Any] = queue.Queue()
 
     def read() -> None:
-        for pack in read_time_ordered(client, "app=tt", tick=0.05, block=True):
+        # Idle channels write nothing: their time comes from the node's heartbeat.
+        idle = idle_ticks(client)
+        for pack in read_time_ordered(client, "app=tt", tick=0.05, block=True, idle=idle):
             packs.put(pack)
             return
 
