@@ -120,32 +120,6 @@ def _inferred_struct(client: "JournalClient", journal: str) -> "pa.StructType | 
     return pa.struct(fields)
 
 
-def _in_commit_order(table: "pa.Table") -> "pa.Table":
-    """`table` sorted by (commit_offset, begin), unless it already is (the usual case)."""
-    import pyarrow.compute as pc
-
-    n = table.num_rows
-    if n < 2:
-        return table
-    commits = table.column("commit_offset").combine_chunks()
-    begins = table.column("begin").combine_chunks()
-    c0, c1 = commits.slice(0, n - 1), commits.slice(1)
-    b0, b1 = begins.slice(0, n - 1), begins.slice(1)
-    ordered = pc.or_(pc.less(c0, c1), pc.and_(pc.equal(c0, c1), pc.less(b0, b1)))
-    if pc.all(ordered).as_py():
-        return table
-    return table.sort_by([("commit_offset", "ascending"), ("begin", "ascending")])
-
-
-def _table(batches: list["pa.RecordBatch"], schema: "pa.Schema") -> "pa.Table":
-    """The batches as one table in commit order (empty, of `schema`, if there are none)."""
-    import pyarrow as pa
-
-    if not batches:
-        return schema.empty_table()
-    return _in_commit_order(pa.Table.from_batches(batches))
-
-
 def _flattened(table: "pa.Table") -> "pa.Table":
     """A table whose `message` is a struct, with the struct's fields as columns instead
     (those named like a source column left out; no document columns if it is empty)."""
@@ -209,6 +183,7 @@ def _read(
 
     from oncelog.spark.batches import BadMessage
     from oncelog.spark.schema import message_kind, source_arrow_schema
+    from oncelog.tables.segments import in_commit_order
 
     content_type = client.get(journal).content_type
     if parse and content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:
@@ -239,13 +214,13 @@ def _read(
             except BadMessage:
                 pass
             else:
-                return _flattened(_table(batches, source_arrow_schema(struct)))
+                return _flattened(in_commit_order(batches, source_arrow_schema(struct)))
     kind = message_kind(content_type, None)
     text_schema = source_arrow_schema(pa.string() if kind.spark_type == "string" else pa.binary())
     batches = list(_batches(
         client, journal, content_type, end, _BATCH_ROWS, proto_class, chunk_bytes, None
     ))
-    table = _table(batches, text_schema)
+    table = in_commit_order(batches, text_schema)
     if not parse:
         return table
     meta = table.drop_columns(["message"])

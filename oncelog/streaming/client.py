@@ -929,7 +929,30 @@ def _node_lost(exc: StreamingError) -> bool:
 # -- consuming -------------------------------------------------------------------------------
 
 
-class Scanner:
+class _ServerStream:
+    """A server stream the client holds open (a scanner, a watch): `close()` cancels it,
+    from any thread; the subclass sets `_lock`, `_closed` (guarded by `_lock`) and `_call`
+    (the running call, or None between reconnects; guarded by `_lock`)."""
+
+    _lock: threading.Lock
+    _closed: bool
+    _call: Any
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Scanner(_ServerStream):
     """Committed messages of a channel, as a blocking iterator (tailing new appends).
     `close()` (from any thread) ends it; iteration then stops.
 
@@ -1058,24 +1081,12 @@ class Scanner:
             if kind == "error":
                 _check(resp.error)
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            call = self._call
-        if call is not None:
-            call.cancel()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # -- watching ownership ---------------------------------------------------------------------
 
 
-class ChannelWatch:
+class ChannelWatch(_ServerStream):
     """Ownership of channels as it changes (WatchChannels): an iterator of
     ChannelDescription, first one per channel (its current term and owner), then one each
     time a channel's term changes (a new owner, or a released term: `owner_address` "").
@@ -1139,18 +1150,6 @@ class ChannelWatch:
                 continue
             return ChannelDescription._of(resp.channel)
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            call = self._call
-        if call is not None:
-            call.cancel()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # -- the client ------------------------------------------------------------------------------

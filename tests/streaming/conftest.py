@@ -116,3 +116,20 @@ def start_node(tmp_path: Path) -> Iterator[NodeFactory]:
 def any_store(request: pytest.FixtureRequest) -> StoreTarget:
     """Local disk and the S3 test server in turn."""
     return request.getfixturevalue(f"{request.param}_store")
+
+
+@pytest.fixture
+def client_of() -> Iterator[Any]:
+    """`client_of(address, **options)`: a streaming client, closed after the test."""
+    from oncelog.streaming import connect
+
+    clients = []
+
+    def make(*args: Any, **kwargs: Any) -> Any:
+        c = connect(*args, **kwargs)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()

@@ -9,14 +9,12 @@ transaction open at its start; ticks stay strictly increasing across a failover.
 
 from __future__ import annotations
 
-import queue
 import re
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from streaming_support import Collector  # noqa: E402
 
 from oncelog.message import Clock
 from oncelog.streaming import (
@@ -24,7 +22,6 @@ from oncelog.streaming import (
     DeliverAll,
     DeliverLatest,
     TimeTick,
-    connect,
     meta,
 )
 from oncelog.streaming import client as client_module
@@ -42,55 +39,8 @@ class LaggingClock(Clock):
     def update(self, unix_ns: int | None = None) -> int:
         return super().update((time.time_ns() if unix_ns is None else unix_ns) - LAG_NS)
 
-
-class Collector:
-    """The items of a scanner, read by a thread into `items`; `messages(n)` waits (bounded)
-    for the next n messages."""
-
-    def __init__(self, scanner: Any) -> None:
-        self.scanner = scanner
-        self.items: queue.Queue[Any] = queue.Queue()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            for item in self.scanner:
-                self.items.put(item)
-        except Exception as exc:  # noqa: BLE001 - handed to the test
-            self.items.put(exc)
-
-    def messages(self, n: int, timeout: float = WAIT) -> list[ConsumedMessage]:
-        out: list[ConsumedMessage] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < n:
-            try:
-                item = self.items.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"only {len(out)} of {n} messages within {timeout} s: "
-                                     f"{[m.payload for m in out]}") from None
-            if isinstance(item, Exception):
-                raise item
-            if isinstance(item, ConsumedMessage):
-                out.append(item)
-        return out
-
-    def close(self) -> None:
-        self.scanner.close()
 _FRAGMENT = re.compile(r"/([0-9a-f]{16})-([0-9a-f]{16})-[0-9a-f]{40}\.")
 
-
-@pytest.fixture
-def client_of() -> Iterator[Any]:
-    clients = []
-
-    def make(*args: Any, **kwargs: Any) -> Any:
-        c = connect(*args, **kwargs)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 def ticks_of(collector: Collector, n: int, timeout: float = WAIT) -> list[Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -27,7 +26,6 @@ from oncelog.streaming import (
     TimeTickGT,
     TimeTickGTE,
     VChannel,
-    connect,
 )
 from oncelog.streaming import streaming_pb2 as pb
 from oncelog.streaming import streaming_pb2_grpc as pb_grpc
@@ -83,19 +81,6 @@ def produce(rid: int, *payloads: bytes, uuids: list[str] | None = None) -> pb.Pr
 def codes(responses: list[pb.ProduceResponse]) -> list[int]:
     return [r.produce.error.code for r in responses if r.WhichOneof("response") == "produce"]
 
-
-@pytest.fixture
-def client_of() -> Iterator[Any]:
-    clients = []
-
-    def make(*args: Any, **kwargs: Any) -> Any:
-        c = connect(*args, **kwargs)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 def test_round_trip_policies_and_filters(any_store: StoreTarget, start_node: Any,

@@ -10,7 +10,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,26 +24,12 @@ from oncelog.streaming import (
     DeliverAll,
     StreamingError,
     StreamMessage,
-    connect,
 )
 from oncelog.streaming import client as client_module
 from oncelog.testing.fixtures import StoreTarget
 
 WAIT = 60.0
 
-
-@pytest.fixture
-def client_of() -> Iterator[Any]:
-    clients = []
-
-    def make(*args: Any, **kwargs: Any) -> Any:
-        c = connect(*args, **kwargs)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 def committed_docs(store: StoreTarget, channel: str) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ import queue
 import subprocess
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from oncelog.streaming import (
     DeliverAll,
     Scanner,
     StreamingError,
-    connect,
 )
 from oncelog.streaming import streaming_pb2 as pb
 from oncelog.streaming import streaming_pb2_grpc as pb_grpc
@@ -34,19 +32,6 @@ from oncelog.testing.fixtures import StoreTarget
 
 WAIT = 60.0
 
-
-@pytest.fixture
-def client_of() -> Iterator[Any]:
-    clients = []
-
-    def make(*args: Any, **kwargs: Any) -> Any:
-        c = connect(*args, **kwargs)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 def committed(store: StoreTarget, channel: str) -> list[str]:

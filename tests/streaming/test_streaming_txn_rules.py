@@ -6,35 +6,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
-import pytest
 
 from oncelog.errors import TransactionError
 from oncelog.message import CONTINUE_TXN, build_uuid, clock_from_unix_ns, new_producer_id
 from oncelog.reading import read_committed
-from oncelog.streaming import Code, connect
+from oncelog.streaming import Code
 from oncelog.streaming import streaming_pb2 as pb
 from oncelog.streaming import streaming_pb2_grpc as pb_grpc
 from oncelog.testing.fixtures import StoreTarget
 
 WAIT = 30.0
 
-
-@pytest.fixture
-def client_of() -> Iterator[Any]:
-    clients = []
-
-    def make(*args: Any, **kwargs: Any) -> Any:
-        c = connect(*args, **kwargs)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
 
 
 def bounded(call: Callable[[], object]) -> object:
