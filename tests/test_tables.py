@@ -98,6 +98,18 @@ def publish_some(client: JournalClient, name: str, rng: random.Random, n: int,
         p.flush()
 
 
+def compacted_journal(client: JournalClient, *, seed: int, producers: int, rounds: int,
+                      each: int, target: int) -> str:
+    """A journal of `rounds` rounds of `publish_some`, each compacted (a segment each)."""
+    name = new_journal(client)
+    rng = random.Random(seed)
+    pubs = [Publisher(client) for _ in range(producers)]
+    for _ in range(rounds):
+        publish_some(client, name, rng, each, pubs)
+        client.compact(name, target_length=target, retire_grace=0)
+    return name
+
+
 # -- the property: any history, compacted and trimmed at random points --------------------------
 
 
@@ -157,12 +169,7 @@ def test_segments_are_used_and_transactions_span_their_boundaries(journals) -> N
 
 def test_trim_across_segments_and_a_reader_starting_afresh(local_store: StoreTarget) -> None:
     with local_store.open() as client:
-        name = new_journal(client)
-        rng = random.Random(3)
-        pubs = [Publisher(client) for _ in range(3)]
-        for _ in range(4):
-            publish_some(client, name, rng, 40, pubs)
-            client.compact(name, target_length=2048, retire_grace=0)
+        name = compacted_journal(client, seed=3, producers=3, rounds=4, each=40, target=2048)
         records, _ = segment_records(client, name)
         assert len(records) >= 4
         cut = records[1].begin + (records[1].end - records[1].begin) // 2
@@ -181,12 +188,7 @@ def test_a_damaged_or_missing_segment_is_read_from_fragments_and_reported(
     local_store: StoreTarget,
 ) -> None:
     with local_store.open() as client:
-        name = new_journal(client)
-        rng = random.Random(4)
-        pubs = [Publisher(client) for _ in range(2)]
-        for _ in range(3):
-            publish_some(client, name, rng, 30, pubs)
-            client.compact(name, target_length=1024, retire_grace=0)
+        name = compacted_journal(client, seed=4, producers=2, rounds=3, each=30, target=1024)
         records, _ = segment_records(client, name)
         meta = MetaStore.of(client, internal=True)
         damaged, missing = records[0], records[-1]
