@@ -59,8 +59,8 @@ def drain_into(it: Any, out: queue.Queue[Any]) -> threading.Thread:
     return t
 
 
-def test_assign_to_owner_is_a_noop(local_store: StoreTarget, start_node: Any) -> None:
-    a = start_node(local_store, "node-a")
+def test_assign_to_owner_is_a_noop(any_store: StoreTarget, start_node: Any) -> None:
+    a = start_node(any_store, "node-a")
     client = connect(a.address)
     client.create_channel("own", address=a.address)
     client.append("own", "before")
@@ -73,7 +73,7 @@ def test_assign_to_owner_is_a_noop(local_store: StoreTarget, start_node: Any) ->
     assert client.describe_channel("own").term == 1  # no new term
     client.append("own", "after")
     assert client._producer("own")._stream is stream  # the owner's stream was not fenced
-    assert committed_payloads(local_store, "own") == Counter({"before": 1, "after": 1})
+    assert committed_payloads(any_store, "own") == Counter({"before": 1, "after": 1})
     client.close()
 
 
@@ -179,10 +179,10 @@ def test_producer_follows_new_owner_through_watch(local_store: StoreTarget,
     client.close()
 
 
-def test_broadcast_across_owners_is_refused_at_once(local_store: StoreTarget,
+def test_broadcast_across_owners_is_refused_at_once(any_store: StoreTarget,
                                                      start_node: Any) -> None:
-    a = start_node(local_store, "node-a")
-    b = start_node(local_store, "node-b")
+    a = start_node(any_store, "node-a")
+    b = start_node(any_store, "node-b")
     client = connect([a.address, b.address], retry_timeout=10.0)
     client.create_channel("bx", address=a.address)
     client.create_channel("by", address=b.address)
@@ -201,14 +201,14 @@ def test_broadcast_across_owners_is_refused_at_once(local_store: StoreTarget,
     client.assign_channel("by", a.address)
     ids = client.broadcast(["bx", "by"], "reset")
     assert [i.channel for i in ids] == ["bx", "by"]
-    assert committed_payloads(local_store, "bx") == Counter({"reset": 1})
-    assert committed_payloads(local_store, "by") == Counter({"reset": 1})
+    assert committed_payloads(any_store, "bx") == Counter({"reset": 1})
+    assert committed_payloads(any_store, "by") == Counter({"reset": 1})
     client.close()
 
 
-def test_append_messages_has_per_message_results(local_store: StoreTarget,
+def test_append_messages_has_per_message_results(any_store: StoreTarget,
                                                  start_node: Any) -> None:
-    a = start_node(local_store, "node-a", "--max-message-bytes", "100")
+    a = start_node(any_store, "node-a", "--max-message-bytes", "100")
     client = connect(a.address)
     client.create_channel("pm", address=a.address)
     results = client.append_messages("pm", ["a", "x" * 500, "b"], atomic=False)
@@ -221,5 +221,5 @@ def test_append_messages_has_per_message_results(local_store: StoreTarget,
     with pytest.raises(StreamingError) as info:
         client.append_messages("pm", ["c", "y" * 500])
     assert info.value.code == Code.INVALID_ARGUMENT
-    assert committed_payloads(local_store, "pm") == Counter({"a": 1, "b": 1})
+    assert committed_payloads(any_store, "pm") == Counter({"a": 1, "b": 1})
     client.close()
