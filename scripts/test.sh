@@ -11,4 +11,4 @@ py="$(bash scripts/venv.sh all,dev)"
 "$py" -m pip check  # conflicting installed requirements fail the run before the tests
 "$py" -m ruff check oncelog tests benchmarks examples scripts
 "$py" -m mypy
-exec "$py" -m pytest -n 2 --dist loadgroup -q "$@"
+exec "$py" -m pytest -n 2 --dist loadgroup -q --durations=25 "$@"
