@@ -1252,6 +1252,9 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         self.token = uuid.uuid4().hex  # this process's incarnation
         self.closing = False
         self._lock = threading.Lock()
+        # Serializes this node's takes of channels (its scan, AssignChannel, CreateChannel), so
+        # that two of them never take one channel twice: the second finds it taken.
+        self._take_lock = threading.Lock()
         self._owned: dict[str, _Channel] = {}
         # Client-stamped transactions by (channel, producer), newest last (at most
         # _KNOWN_TXNS): orphan commits and rollbacks settle them (see _orphan_ack).
@@ -1319,8 +1322,19 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         """Take `name` at the term after the newest (fencing its previous owner)."""
         if not self.client.exists(name):
             raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist")
+        with self._take_lock:
+            return self._take(name)
+
+    def _take(self, name: str) -> _Channel:
+        """`take`, under `_take_lock`."""
         for _ in range(5):
             latest = meta.latest_term(self.client, name)
+            if latest is not None and latest.node_id == self.config.node_id \
+                    and latest.token == self.token:
+                with self._lock:
+                    mine = self._owned.get(name)
+                if mine is not None and mine.term == latest.term and mine.fenced is None:
+                    return mine  # this node took it meanwhile (its scan): nothing to redo
             record = meta.TermRecord(
                 name, (latest.term if latest else 0) + 1, self.config.node_id,
                 self.config.address, self.config.description, self.token,

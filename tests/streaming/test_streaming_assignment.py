@@ -78,9 +78,9 @@ def test_assign_to_owner_is_a_noop(any_store: StoreTarget, start_node: Any) -> N
 
 
 def test_unassign_hands_over_without_refusing_acknowledged_work(
-        local_store: StoreTarget, start_node: Any) -> None:
-    a = start_node(local_store, "node-a")
-    b = start_node(local_store, "node-b")
+        any_store: StoreTarget, start_node: Any) -> None:
+    a = start_node(any_store, "node-a")
+    b = start_node(any_store, "node-b")
     client = connect([a.address, b.address])
     client.create_channel("moving", address=a.address)
     started = threading.Event()
@@ -111,12 +111,12 @@ def test_unassign_hands_over_without_refusing_acknowledged_work(
     assert not t.is_alive()
     ids = [f.result(timeout=WAIT)[0] for f in futures]  # every request acknowledged
     assert len(ids) >= 400
-    counts = committed_payloads(local_store, "moving")
+    counts = committed_payloads(any_store, "moving")
     assert set(counts) == {f"m{i}" for i in range(len(futures))}
     assert set(counts.values()) == {1}
     # Graceful: node-a answered every request it had appended (none was left unanswered
     # and resent), so no message is in the journal twice.
-    uuids = raw_uuids(local_store, "moving")
+    uuids = raw_uuids(any_store, "moving")
     assert len(uuids) == len(set(uuids))
     # node-a no longer owns it: a second unassign there is refused.
     resp = client._unary("UnassignChannel", pb.UnassignChannelRequest(name="moving"),
