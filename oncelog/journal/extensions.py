@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -67,25 +68,23 @@ def extensions() -> list[JournalExtension]:
         return list(_registered)
 
 
-def notify_compaction(client: JournalClient, journal: str, through: int) -> None:
-    """Call every extension's `after_compaction`; failures are logged, never raised."""
+def _notify(journal: str, step: str, call: Callable[[JournalExtension], None]) -> None:
+    """`call(extension)` for every extension; a failure is logged (naming the journal, the
+    extension and the maintenance `step`), never raised: derived data only, the step stands."""
     for ext in extensions():
         try:
-            ext.after_compaction(client, journal, through)
-        except Exception as exc:  # derived data only: the compaction itself stands
-            log.warning(
-                "journal %r: %s after compaction through %d failed: %s: %s",
-                journal, ext.name, through, type(exc).__name__, exc,
-            )
+            call(ext)
+        except Exception as exc:
+            log.warning("journal %r: %s after %s failed: %s: %s",
+                        journal, ext.name, step, type(exc).__name__, exc)
+
+
+def notify_compaction(client: JournalClient, journal: str, through: int) -> None:
+    """Call every extension's `after_compaction`; failures are logged, never raised."""
+    _notify(journal, f"compaction through {through}",
+            lambda ext: ext.after_compaction(client, journal, through))
 
 
 def notify_trim(client: JournalClient, journal: str, first: int) -> None:
     """Call every extension's `after_trim`; failures are logged, never raised."""
-    for ext in extensions():
-        try:
-            ext.after_trim(client, journal, first)
-        except Exception as exc:  # derived data only: the trim itself stands
-            log.warning(
-                "journal %r: %s after trim to %d failed: %s: %s",
-                journal, ext.name, first, type(exc).__name__, exc,
-            )
+    _notify(journal, f"trim to {first}", lambda ext: ext.after_trim(client, journal, first))
