@@ -284,7 +284,7 @@ def test_reads_from_any_offset_return_exactly_the_journal_bytes(
             assert [f.content_length for f in reader.fragments(name)] == sizes
             offsets = _offsets(sizes, block, every=store_url.kind != "s3")
             if store_url.kind == "s3":  # a GET each: a sample of the boundaries +- 1
-                offsets = offsets[:: max(1, len(offsets) // 12)]
+                offsets = offsets[:: max(1, len(offsets) // 6)]
             for offset in offsets:
                 with reader.read(name, offset=offset) as r:
                     assert r.read() == whole[offset:], offset

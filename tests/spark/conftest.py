@@ -14,6 +14,15 @@ from typing import Any
 import pytest
 
 
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Spark tests share one xdist worker (`--dist loadgroup`): one JVM for the suite
+    instead of one per worker, on a 2-core machine the cost of a whole core for a while."""
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.path).startswith(here + os.sep):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must run this venv's interpreter

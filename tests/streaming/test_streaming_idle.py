@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -136,8 +137,8 @@ def test_idle_node_requests_do_not_grow_with_channels(
                             dict(s3_fault_proxy.storage_options))
         node = start_node(store, f"cost-{n}", heartbeat=0.2, tick=0.2)
         c = client_of(node.address)
-        for i in range(n):
-            c.create_channel(f"cost/{i:03d}", "")
+        with ThreadPoolExecutor(8) as pool:  # one shared client, as applications do
+            list(pool.map(lambda i: c.create_channel(f"cost/{i:03d}", ""), range(n)))
         c.append("cost/000", b"one message")
         root_key = s3_fault_proxy.url.split("/", 3)[3] + "/" + sub + "/"
         _count_per_beat(s3_fault_proxy, root_key, 3)  # settle: catch-up, first ticks
