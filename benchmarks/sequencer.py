@@ -8,8 +8,13 @@ journal on a local-disk store. Prints:
 - read_committed: the full path (fragment reads, SHA1 check, decoding, sequencing);
 - read_uncommitted: the same without sequencing;
 - read_committed, lazy: `lazy=True`, messages kept as their lines (`JSONLine`) and never
-  parsed, sequenced from the UUID read out of each line (target >= 3x);
-each as messages/s and as a ratio to the baseline (target >= 0.4x for read_committed).
+  parsed, sequenced from the UUID read out of each line;
+- read_committed_batches: the same messages a `CommittedBatch` (one buffer of frames plus
+  offset and UUID columns) per chunk, counted; then each frame visited as a memoryview
+  (`frames()`, forwarding), then parsed (`docs()`); target >= 3x for the batch API;
+each as messages/s and as a ratio to the baseline. The 16-producer history also has a few
+rollbacks (2% of transactions) and duplicate frames (0.5%). A second journal, from one
+producer, gives read_committed to dicts beside its own baseline (target >= 0.9x on both).
 With `--stages`, also the cost of each stage of read_committed per frame: decoding
 (`read_uncommitted_batches(prime=False)`), bulk UUID parsing (`prime_ids`; part of
 decoding when the C speed-ups are built) and sequencing alone (`Sequencer.committed`
@@ -41,46 +46,75 @@ from oncelog import _native  # noqa: E402
 from oncelog.journal import FragmentSpec, JournalSpec, open_journals  # noqa: E402
 from oncelog.message import Flags, build_uuid  # noqa: E402
 from oncelog.reading import read_committed, read_uncommitted, read_uncommitted_batches  # noqa: E402
+
+try:  # absent from versions before it (for before/after runs)
+    from oncelog.reading import read_committed_batches
+except ImportError:  # pragma: no cover
+    read_committed_batches = None  # type: ignore[assignment]
 from oncelog.sequencer import Sequencer  # noqa: E402
 
 JOURNAL = "bench/sequencer/part-000"
+JOURNAL_1 = "bench/sequencer/one-producer"
 
 
-def build_journal_bytes(messages: int, producers: int = 16, seed: int = 7) -> tuple[bytes, int]:
-    """Frames of `messages` messages plus ACKs; returns the bytes and how many commit."""
+def build_journal_bytes(
+    messages: int, producers: int = 16, seed: int = 7, rollbacks: float = 0.0,
+    duplicates: float = 0.0,
+) -> tuple[bytes, int]:
+    """Frames of `messages` messages plus ACKs; returns the bytes and how many commit.
+
+    Half of the messages are in transactions of 10 (a fraction `rollbacks` of those rolled
+    back by an ACK of the last acknowledged clock); a fraction `duplicates` of the frames
+    is written twice (a retried append), which read-committed drops."""
     rng = random.Random(seed)
     ids = [bytes([0x01, 0x5E, 0x9C, i, 0x00, 0x42]) for i in range(producers)]
     clocks = [1 << 60] * producers
+    acked = [1 << 60] * producers
     left_in_txn = [0] * producers
+    doomed = [False] * producers
     lines: list[bytes] = []
-    sent = 0
+    sent = committed = 0
     start_txn = 0.5 / (0.5 + 0.5 * 10)  # half of all messages inside transactions of 10
+
+    def ack(p: int) -> None:
+        nonlocal committed
+        clocks[p] += 1
+        if doomed[p]:  # roll back: an ACK at the last acknowledged clock
+            lines.append(orjson.dumps({"uuid": str(build_uuid(ids[p], acked[p], Flags.ACK_TXN))})
+                         + b"\n")
+        else:
+            acked[p] = clocks[p]
+            committed += 10 - left_in_txn[p]
+            lines.append(orjson.dumps({"uuid": str(build_uuid(ids[p], clocks[p], Flags.ACK_TXN))})
+                         + b"\n")
+        left_in_txn[p] = 0
+
     while sent < messages:
         p = rng.randrange(producers)
         clocks[p] += 1
         if left_in_txn[p] == 0 and rng.random() < start_txn:
             left_in_txn[p] = 10
+            doomed[p] = rng.random() < rollbacks
         flags = Flags.CONTINUE_TXN if left_in_txn[p] else Flags.OUTSIDE_TXN
         u = build_uuid(ids[p], clocks[p], flags)
-        lines.append(
-            orjson.dumps({"uuid": str(u), "user": f"user-{rng.randrange(10**6):06d}",
-                          "event": "page_view", "n": sent})
-            + b"\n"
-        )
+        line = orjson.dumps({"uuid": str(u), "user": f"user-{rng.randrange(10**6):06d}",
+                             "event": "page_view", "n": sent}) + b"\n"
+        lines.append(line)
+        if duplicates and rng.random() < duplicates:
+            lines.append(line)
         sent += 1
         if left_in_txn[p]:
             left_in_txn[p] -= 1
             if left_in_txn[p] == 0:
-                clocks[p] += 1
-                ack = build_uuid(ids[p], clocks[p], Flags.ACK_TXN)
-                lines.append(orjson.dumps({"uuid": str(ack)}) + b"\n")
+                ack(p)
+        else:
+            acked[p] = clocks[p]
+            committed += 1
     # Close transactions still open so that every message commits.
     for p in range(producers):
         if left_in_txn[p]:
-            clocks[p] += 1
-            ack = build_uuid(ids[p], clocks[p], Flags.ACK_TXN)
-            lines.append(orjson.dumps({"uuid": str(ack)}) + b"\n")
-    return b"".join(lines), messages
+            ack(p)  # commits the 10 - left_in_txn[p] messages written
+    return b"".join(lines), committed
 
 
 def timed(func: Callable[[], int], rounds: int) -> tuple[float, int]:
@@ -129,27 +163,40 @@ def main() -> None:
     print(f"garbage collector while decoding: {args.gc}")
     messages = args.messages or (50_000 if args.quick else 1_000_000)
 
-    data, expected = build_journal_bytes(messages)
+    data, expected = build_journal_bytes(messages, rollbacks=0.02, duplicates=0.005)
+    data1, expected1 = build_journal_bytes(messages, producers=1, seed=11)
     with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as root:
         client = open_journals(root)
-        client.create(JournalSpec(JOURNAL, labels={"content-type": "application/x-ndjson"},
-                                  fragment=FragmentSpec(length=64 << 20)))
-        # Append whole frames in ~4 MiB appends.
-        start = 0
-        while start < len(data):
-            stop = data.find(b"\n", min(start + (4 << 20), len(data) - 1)) + 1
-            client.append(JOURNAL, data[start:stop])
-            start = stop
+        for name, content in ((JOURNAL, data), (JOURNAL_1, data1)):
+            client.create(JournalSpec(name, labels={"content-type": "application/x-ndjson"},
+                                      fragment=FragmentSpec(length=64 << 20)))
+            # Append whole frames in ~4 MiB appends.
+            start = 0
+            while start < len(content):
+                stop = content.find(b"\n", min(start + (4 << 20), len(content) - 1)) + 1
+                client.append(name, content[start:stop])
+                start = stop
         lines = data.split(b"\n")[:-1]
+        lines1 = data1.split(b"\n")[:-1]
         total_frames = len(lines)
 
         def baseline() -> int:
             loads = orjson.loads
             return len([loads(line) for line in lines])
 
+        def baseline1() -> int:
+            loads = orjson.loads
+            return len([loads(line) for line in lines1])
+
         def committed() -> int:
             n = 0
             for _ in read_committed(client, JOURNAL, sequencer=None):
+                n += 1
+            return n
+
+        def committed1() -> int:
+            n = 0
+            for _ in read_committed(client, JOURNAL_1, sequencer=None):
                 n += 1
             return n
 
@@ -159,21 +206,38 @@ def main() -> None:
         def lazy() -> int:
             return sum(1 for _ in read_committed(client, JOURNAL, lazy=True))
 
+        def batches() -> int:
+            return sum(map(len, read_committed_batches(client, JOURNAL)))  # type: ignore[misc]
+
+        def batch_frames() -> int:
+            n = 0
+            for batch in read_committed_batches(client, JOURNAL):  # type: ignore[misc]
+                for _ in batch.frames():
+                    n += 1
+            return n
+
+        def batch_docs() -> int:
+            return sum(len(b.docs()) for b in read_committed_batches(client, JOURNAL))  # type: ignore[misc]
+
         # Rounds interleave the variants, so that a slow spell of a shared machine
         # weighs on all of them rather than on whichever ran during it.
-        (base_t, base_n), (unc_t, unc_n), (com_t, com_n), (lazy_t, lazy_n) = timed_together(
-            [baseline, uncommitted, committed, lazy], args.rounds
-        )
+        variants = [baseline, uncommitted, committed, lazy, baseline1, committed1]
+        if read_committed_batches is not None:
+            variants += [batches, batch_frames, batch_docs]
+        results = timed_together(variants, args.rounds)
+        (base_t, base_n), (unc_t, unc_n), (com_t, com_n), (lazy_t, lazy_n) = results[:4]
+        (base1_t, base1_n), (com1_t, com1_n) = results[4:6]
+        batch_rows = results[6:]
         stages: list[tuple[str, float]] = []
         if args.stages:
             def decode(prime: bool) -> Callable[[], int]:
                 return lambda: sum(map(len, read_uncommitted_batches(client, JOURNAL, prime=prime)))
 
-            batches = list(read_uncommitted_batches(client, JOURNAL))
+            decoded = list(read_uncommitted_batches(client, JOURNAL))
 
             def sequence() -> int:
                 sequencer = Sequencer(offsets={JOURNAL: 0})
-                return sum(len(sequencer.committed(b, acks=False)) for b in batches)
+                return sum(len(sequencer.committed(b, acks=False)) for b in decoded)
 
             decode_t, _ = timed(decode(False), args.rounds)
             seq_t, seq_n = timed(sequence, args.rounds)
@@ -186,25 +250,43 @@ def main() -> None:
                 stages = [("decode (read, frames)", decode_t),
                           ("bulk UUID parse", prime_t - decode_t)]
             stages += [("sequencing alone", seq_t), ("read_committed", com_t)]
-            del batches
+            del decoded
         client.close()
 
     assert base_n == total_frames and unc_n == total_frames, (base_n, unc_n, total_frames)
     assert com_n == expected, f"read_committed delivered {com_n}, expected {expected}"
     assert lazy_n == expected, f"lazy read_committed delivered {lazy_n}, expected {expected}"
+    assert com1_n == expected1, f"read_committed delivered {com1_n}, expected {expected1}"
+    for _, n in batch_rows:
+        assert n == expected, f"read_committed_batches delivered {n}, expected {expected}"
     print(f"{messages:,} messages ({total_frames:,} frames incl. ACKs, {len(data) / 1e6:.1f} MB), "
-          "16 producers, 50% in transactions of 10; "
-          + ("C speed-ups" if _native.speedups is not None else "pure Python"))
-    print(f"{'':24} {'messages/s':>12} {'vs baseline':>12}")
+          "16 producers, 50% in transactions of 10 (2% of them rolled back), 0.5% of frames"
+          " written twice; " + ("C speed-ups" if _native.speedups is not None else "pure Python"))
+    print(f"{'':34} {'messages/s':>12} {'vs baseline':>12}")
     base_rate = base_n / base_t
-    print(f"{'baseline orjson.loads':24} {base_rate:12,.0f} {1.0:11.2f}x")
-    for name, n, t in (
+    print(f"{'baseline orjson.loads':34} {base_rate:12,.0f} {1.0:11.2f}x")
+    rows = [
         ("read_uncommitted", unc_n, unc_t),
-        ("read_committed", com_n, com_t),
+        ("read_committed (dicts)", com_n, com_t),
         ("read_committed, lazy", lazy_n, lazy_t),
-    ):
+    ]
+    if batch_rows:
+        rows += [
+            (name, n, t) for name, (t, n) in zip(
+                ("read_committed_batches", "  + frames() (forwarding)", "  + docs() (parsed)"),
+                batch_rows,
+            )
+        ]
+    else:
+        print("(read_committed_batches: not in this version)")
+    for name, n, t in rows:
         rate = n / t
-        print(f"{name:24} {rate:12,.0f} {rate / base_rate:11.2f}x")
+        print(f"{name:34} {rate:12,.0f} {rate / base_rate:11.2f}x")
+    base1_rate = base1_n / base1_t
+    print(f"\n{messages:,} messages from 1 producer, 50% in transactions of 10")
+    print(f"{'baseline orjson.loads':34} {base1_rate:12,.0f} {1.0:11.2f}x")
+    rate = com1_n / com1_t
+    print(f"{'read_committed (dicts)':34} {rate:12,.0f} {rate / base1_rate:11.2f}x")
     if stages:
         print(f"\n{'stage':30} {'us/frame':>12} {'frames/s':>12}"
               f"   (baseline {1e6 / base_rate:.2f} us/frame)")

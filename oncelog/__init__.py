@@ -71,7 +71,12 @@ from oncelog.message import (
     new_producer_id,
 )
 from oncelog.publisher import Publisher
-from oncelog.reading import read_committed, read_uncommitted
+from oncelog.reading import (
+    CommittedBatch,
+    read_committed,
+    read_committed_batches,
+    read_uncommitted,
+)
 from oncelog.sequencer import ProducerState, QueueOutcome, Sequencer
 
 if TYPE_CHECKING:
@@ -147,6 +152,8 @@ __all__ = [
     "ProducerState",
     "read_uncommitted",
     "read_committed",
+    "read_committed_batches",
+    "CommittedBatch",
     # consuming (loaded on first use)
     "Consumer",
     "Transaction",

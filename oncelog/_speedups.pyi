@@ -121,3 +121,6 @@ def object_lines(chunk: bytes, /) -> bytes | None:
 
 def uuid_columns(texts: Any, n: int, /) -> tuple[bytes, ...] | None:
     """The UUID columns' buffers of n canonical UUID texts back to back, or None."""
+def pack_frames(envelopes: list[Envelope], /) -> tuple[bytes, ...]:
+    """(data, starts, begins, ends, producers, clocks, flags): the envelopes' frames
+    (`message.line`) back to back and their columns (oncelog.reading.CommittedBatch)."""
