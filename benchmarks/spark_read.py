@@ -15,7 +15,10 @@ them in one local[2] Spark session, each scan into Spark's `noop` sink:
    a task per segment, Parquet read by pyarrow, and the tail), locally and on the S3
    test server;
 8. `spark.read.parquet` of the same committed rows written by pyarrow (what a table
-   format's reader does), the reference for 7.
+   format's reader does), the reference for 7;
+9. `oncelog.spark.committed.committed_dataframe` over the compacted copy: the segments read
+   by Spark's own Parquet reader (page checksums verified), the tail by the source; its
+   ratio to 8 is printed last.
 
 Each figure is printed beside the baseline measured in the same run, as a ratio: of
 wall time, and of the CPU time of this process's children (Spark's JVM and its Python
@@ -45,6 +48,8 @@ JOURNALS = [f"bench/part-{i:02d}" for i in range(8)]
 DDL = "user string, page string, ms bigint, score double, ref string"
 PAGES = ["/", "/docs", "/pricing", "/blog", "/about", "/login", "/search"]
 TXN = 100
+PARQUET = "spark.read.parquet, same rows (pyarrow)"
+JVM_SEGMENTS = "committed_dataframe, compacted (JVM Parquet)"
 
 
 def uuid_text(producer: str, clock: int, flags: int) -> str:
@@ -295,7 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compacted a copy (writing segments) in {time.perf_counter() - t:.1f} s")
         scans["oncelog committed, compacted (segments)"] = oncelog_df(spark, compacted.root)
         parquet_files = write_parquet(compacted, os.path.join(root, "parquet"))
-        scans["spark.read.parquet, same rows (pyarrow)"] = spark.read.parquet(*parquet_files)
+        scans[PARQUET] = spark.read.parquet(*parquet_files)
+        from oncelog.spark.committed import committed_dataframe
+
+        scans[JVM_SEGMENTS] = committed_dataframe(spark, compacted.root, JOURNALS, schema=DDL)
         if not args.no_s3:
             s3_compacted = open_journals(s3_url.replace("journals", "compacted"), **s3_options)
             copy_journals(client, s3_compacted)
@@ -310,12 +318,17 @@ def main(argv: list[str] | None = None) -> int:
             for name, df in scans.items():
                 timings[name].append(timed_scan(df))
         baseline = None
+        figures: dict[str, tuple[float, float]] = {}
         for name, runs in timings.items():
             wall = statistics.median(w for w, _ in runs)
             cpus = [c for _, c in runs if c is not None]
             figure = report(name, rows, (wall, statistics.median(cpus) if cpus else None),
                             baseline)
+            figures[name] = figure
             baseline = baseline or figure
+        mine, parquet = figures[JVM_SEGMENTS], figures[PARQUET]
+        cpu_text = f", CPU {mine[1] / parquet[1]:.2f}x" if mine[1] and parquet[1] else ""
+        print(f"{JVM_SEGMENTS} vs {PARQUET}: {mine[0] / parquet[0]:.2f}x{cpu_text}")
         print(f"load average {os.getloadavg()[0]:.2f} (1 min)")
         spark.stop()
     finally:

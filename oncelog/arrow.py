@@ -4,7 +4,8 @@
 data source produces (`journal`, `begin`, `end`, `commit_offset`, `uuid`, `producer`, `clock`,
 `time`, `flags`, `uuid_key`, `message`), each committed message once, in commit order
 (`read_committed`'s: by `commit_offset`, then `begin`); with
-`parse=True` a JSON-lines journal's documents become columns of their own. With pandas
+`parse=True` a JSON-lines journal's documents become columns of their own, and so do the
+fields of a CSV journal that records its column names (`oncelog append --header`). With pandas
 installed, `.to_pandas()` turns either into a DataFrame. It uses the Spark source's decoder
 and commit planner, so both give the same rows; JSON lines are read in bulk (UUIDs and, with
 `parse=True`, documents by Arrow's JSON reader in one pass, commits decided a batch at a
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from oncelog._extras import needs_extra
 from oncelog.framing import CONTENT_TYPE_JSON_LINES
 
 if TYPE_CHECKING:
@@ -63,7 +65,8 @@ def _batches(
 ) -> Iterator["pa.RecordBatch"]:
     """committed_record_batches; with a `struct`, JSON documents are parsed into it in the
     same pass as their UUIDs (a document that does not fit it exactly is a BadMessage)."""
-    import pyarrow as pa
+    with needs_extra("arrow", "committed_record_batches"):
+        import pyarrow as pa
 
     from oncelog.spark.batches import RangeDecoder, decoder_for
     from oncelog.spark.options import ReadOptions
@@ -102,8 +105,9 @@ def _inferred_struct(client: "JournalClient", journal: str) -> "pa.StructType | 
     UUID field left out), or None if they cannot be read that way."""
     import io
 
-    import pyarrow as pa
-    import pyarrow.json as pajson
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow as pa
+        import pyarrow.json as pajson
 
     with client.read(journal, 0) as reader:
         data = reader.read(_INFER_BYTES)
@@ -123,7 +127,8 @@ def _inferred_struct(client: "JournalClient", journal: str) -> "pa.StructType | 
 def _flattened(table: "pa.Table") -> "pa.Table":
     """A table whose `message` is a struct, with the struct's fields as columns instead
     (those named like a source column left out; no document columns if it is empty)."""
-    import pyarrow as pa
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow as pa
 
     meta = table.drop_columns(["message"])
     if table.num_rows == 0:
@@ -159,6 +164,13 @@ def read_committed_arrow(
     types it gives. `columns`: only these columns, in this order (ValueError naming any the
     table does not have).
 
+    A CSV journal whose spec records its column names (label `oncelog.dev/csv-columns`,
+    set by `oncelog append --header`) reads with `parse=True` too: its `message` column
+    is replaced by one string column per CSV column, named by the header, the UUID column
+    included unless it is named like one of the other columns (`uuid`); a field a record
+    lacks is null, and fields past the header's columns are `_<n>` (n counting from 0).
+    Without recorded names, `parse=True` on a CSV journal is a ValueError saying so.
+
     History sealed by compaction is read from the journal's columnar segments (see
     oncelog.tables): the same rows, order and offsets, without decoding or parsing, and
     with `columns`, decoding only those."""
@@ -178,14 +190,29 @@ def _read(
     columns: "Sequence[str] | None",
 ) -> "pa.Table":
     """read_committed_arrow, before `columns` are selected (segments select them already)."""
-    import pyarrow as pa
-    import pyarrow.json as pajson
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow as pa
+        import pyarrow.json as pajson
 
     from oncelog.spark.batches import BadMessage
     from oncelog.spark.schema import message_kind, source_arrow_schema
     from oncelog.tables.segments import in_commit_order
 
-    content_type = client.get(journal).content_type
+    spec = client.get(journal)
+    content_type = spec.content_type
+    if parse and _is_csv(content_type):
+        from oncelog.framing.csvlines import CSVColumnsError, csv_columns
+
+        names = csv_columns(spec)
+        if names is None:
+            raise CSVColumnsError(
+                "parse=True reads JSON documents, or CSV records by the column names their "
+                f"journal records, and CSV journal {journal} records none (label "
+                "oncelog.dev/csv-columns): append its data with `oncelog append --header`, "
+                "or read the records' text with parse=False"
+            )
+        text = _read(client, journal, end, False, proto_class, chunk_bytes, None)
+        return _csv_fields(text, journal, names)
     if parse and content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:
         raise ValueError(
             f"parse=True reads JSON documents; journal {journal!r} holds {content_type}"
@@ -227,7 +254,8 @@ def _read(
     if table.num_rows == 0:
         return meta
     # The documents' text joined by Arrow, without a Python string per message.
-    import pyarrow.compute as pc
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow.compute as pc
 
     messages = table.column("message").combine_chunks().cast(pa.large_string())
     lines = pa.LargeListArray.from_arrays(pa.array([0, len(messages)], pa.int64()), messages)
@@ -241,4 +269,50 @@ def _read(
             docs = docs.drop_columns([name])
     for name in docs.column_names:
         meta = meta.append_column(name, docs.column(name))
+    return meta
+
+
+def _is_csv(content_type: str) -> bool:
+    from oncelog.framing import CONTENT_TYPE_CSV
+
+    return content_type.split(";")[0].strip().lower() == CONTENT_TYPE_CSV
+
+
+def _csv_fields(table: "pa.Table", journal: str, names: list[str]) -> "pa.Table":
+    """`table` (CSV records as text in `message`) with `message` replaced by a string column
+    per CSV column, named by `names`, the journal's recorded header (see
+    `read_committed_arrow`). Every field is kept: a record longer than the header adds
+    `_<n>` columns, a shorter one has nulls."""
+    import csv
+
+    import pyarrow as pa
+
+    from oncelog.errors import BadMessage
+
+    meta = table.drop_columns(["message"])
+    texts = table.column("message").to_pylist()
+    try:
+        rows = list(csv.reader(texts, strict=True))
+    except csv.Error:
+        rows = []
+    if len(rows) != len(texts):  # the framing read these records: only a corrupt segment
+        begins, ends = table.column("begin").to_pylist(), table.column("end").to_pylist()
+        for text, begin, stop in zip(texts, begins, ends, strict=True):
+            try:
+                parsed = list(csv.reader([text], strict=True))
+            except csv.Error as exc:
+                parsed, reason = [], str(exc)
+            else:
+                reason = f"{len(parsed)} records in one message"
+            if len(parsed) != 1:
+                raise BadMessage(f"malformed CSV record ({reason}): {text[:60]!r}",
+                                 journal=journal, begin=begin, end=stop)
+        raise BadMessage(f"journal {journal}: committed CSV records do not parse one by one")
+    width = max([len(names), *map(len, rows)])
+    for position in range(width):
+        name = names[position] if position < len(names) else f"_{position}"
+        if name in meta.column_names:  # the UUID column `uuid`: already the `uuid` column
+            continue
+        values = [row[position] if position < len(row) else None for row in rows]
+        meta = meta.append_column(name, pa.array(values, pa.string()))
     return meta

@@ -21,6 +21,7 @@ keeps the standard-library base it had, so existing `except ValueError` /
 - `FencedOut`: a newer instance of the same identity took over (consumers, publishers)
 - `EmptyPartitions`, `MissingContentType`: mappings (`oncelog.mapping`)
 - `SelectorError`: label selectors (`oncelog.labels`)
+- `MissingExtra`: a feature's optional package is not installed (also a ModuleNotFoundError)
 - `OptionError`, `SchemaError`: the Spark data source (`oncelog.spark.errors`)
 - `Diverged`, `NotBulk`: the split planner (`oncelog.sequencing.errors`)
 - `TablesError`, `SegmentError`, `SegmentWarning`, `ExportError`: columnar segments and
@@ -48,6 +49,7 @@ __all__ = [
     "EmptyPartitions",
     "MissingContentType",
     "SelectorError",
+    "MissingExtra",
 ]
 
 
@@ -144,6 +146,29 @@ class EmptyPartitions(OncelogError, LookupError):
 
 class MissingContentType(OncelogError, ValueError):
     """A partition chosen for a message has no usable ``content-type`` label."""
+
+
+class MissingExtra(OncelogError, ModuleNotFoundError):
+    """A feature needs an optional package that is not installed.
+
+    The message names the feature, the missing module and the command that installs it:
+    `read_committed_arrow needs pyarrow, which is not installed: pip install
+    'oncelog[arrow]'`. It is a `ModuleNotFoundError` (so an `ImportError`) as well as an
+    `OncelogError`, so handlers written for the bare import error keep working.
+    Attributes: `feature`, `extra`, `module` (the missing top-level module; also `name`).
+    """
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        self.feature, self.extra, self.module = feature, extra, module
+        super().__init__(
+            f"{feature} needs {module}, which is not installed: "
+            f"pip install 'oncelog[{extra}]'",
+            name=module,
+        )
+
+    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str, str]]:
+        # Spark and multiprocessing pickle errors across processes: keep the arguments.
+        return type(self), (self.feature, self.extra, self.module)
 
 
 class SelectorError(OncelogError, ValueError):

@@ -14,7 +14,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "oncelog"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("identity", ("oncelog.identity", "oncelog.errors", "oncelog._retry", "oncelog.labels")),
+    ("identity", ("oncelog.identity", "oncelog.errors", "oncelog._retry", "oncelog.labels",
+                  "oncelog._extras")),
     ("message types", ("oncelog.message", "oncelog.producer_transaction")),
     ("framing", ("oncelog.framing", "oncelog._native", "oncelog._bulkframing")),
     ("storage", ("oncelog.journal", "oncelog.coordination")),

@@ -332,11 +332,12 @@ def test_committed_read_matches_the_library(cli: Cli) -> None:
         assert (doc["begin"], doc["end"], doc["uuid"]) == (env.begin, env.end, str(env.uuid))
         assert doc["clock"] == get_clock(uuid.UUID(doc["uuid"])) and doc["time"].endswith("Z")
         assert doc["producer"] == env.producer.hex()
-    journal = cli.run("read", "txn").stdout
+    journal = cli.run("read", "txn", "--raw").stdout
     raw = cli.run("read", "txn", "--committed").stdout
     assert raw == b"".join(journal[e.begin : e.end] for e in committed)
+    assert cli.run("read", "txn").stdout == raw  # committed is the default
 
-    uncommitted = cli.json_lines("read", "txn", "--format", "json")
+    uncommitted = cli.json_lines("read", "txn", "--uncommitted", "--format", "json")
     assert [(d["message"].get("n"), d["flags"]) for d in uncommitted] == [
         (e.message.doc.get("n"), Flags(e.flags).name) for e in read_uncommitted(client, "txn")
     ]
@@ -497,7 +498,9 @@ def test_other_framings_raw_appends_and_skipping(cli: Cli) -> None:
         f"oncelog: appended 9 bytes in 1 append at offsets {start}-{start + 9} of journal lines\n"
     )
     cli.run("append", "lines", input=lines_of(1, start=1))
-    assert cli.run("read", "lines").stdout == lines_of(1) + b"not json\n" + lines_of(1, start=1)
+    assert cli.run("read", "lines", "--raw").stdout == (
+        lines_of(1) + b"not json\n" + lines_of(1, start=1)
+    )
     assert cli.error("read", "lines", "--format", "json").startswith(
         f"oncelog: error: journal lines: malformed JSON frame at offset {start}-{start + 9}: "
     )
@@ -557,11 +560,14 @@ def test_gc_deletes_only_old_unclaimed_fragments(cli: Cli) -> None:
     old = time.time() - 3 * 3600
     os.utime(os.path.join(cli.target.url, stray.content_path), (old, old))
     kept = cli.run("gc", "gcme", "--grace", "1d")
-    assert kept.stdout == b"" and "deleted 0 unclaimed fragments" in kept.stderr.decode()
+    assert kept.stdout == b"" and kept.stderr.decode() == (
+        "oncelog: gc: deleted nothing, from 1 journal\n"
+    )
     collected = cli.run("gc", "gcme", "--grace", "1h")
     assert collected.stdout.decode() == f"{stray.content_path}\n"
     assert collected.stderr.decode() == (
-        f"oncelog: gc: deleted 1 unclaimed fragment ({len(stray_data)} B) from 1 journal\n"
+        "oncelog: gc: deleted 1 unclaimed fragment (left by writers that lost a race or "
+        f"crashed), {len(stray_data)} B in all, from 1 journal\n"
     )
     assert [f.content_name for f in client.store.list_fragments("gcme")] == [
         f.content_name for f in client.fragments("gcme")
@@ -792,7 +798,7 @@ def test_delete_asks_on_a_terminal(cli: Cli) -> None:
     client.create(JournalSpec("keep", {}))
     client.append("keep", lines_of(3))
     status, _, err = _run_on_terminal(cli, "journals", "delete", "keep", stdin_text=b"n\n")
-    assert status == 1 and b"Delete journal keep and its 1 fragments (" in err
+    assert status == 1 and b"Delete journal keep and its 1 fragment (" in err
     assert b"oncelog: error: did not delete journal keep: not confirmed" in err
     assert client.exists("keep") and client.head("keep") == len(lines_of(3))
     status, _, err = _run_on_terminal(cli, "journals", "delete", "keep", stdin_text=b"y\n")

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -129,26 +130,60 @@ def test_concepts_runnable_examples_run_and_print_what_they_say(
 
 
 BLOCK = re.compile(
-    r"(?:<!-- (runnable|fragment)(?::[^>]*)? -->[ \t]*\n)?```python\n(.*?)\n```", re.S
+    r"(?:<!-- (runnable|fragment|node)(?::[^>]*)? -->[ \t]*\n)?```python\n(.*?)\n```", re.S
 )
 """A fenced Python block with its marker, if any: `<!-- runnable -->` blocks are run (in
-order, sharing one namespace per page) and must print what they say; `<!-- fragment -->`
-(or `<!-- fragment: why -->`) blocks need what a test cannot give them (S3, Spark, a
-running service, names defined elsewhere)."""
+order, sharing one namespace per page) and must print what they say; `<!-- fragment: why
+-->` blocks need what a test cannot give them (S3, Spark, names defined elsewhere);
+`<!-- node: ... -->` blocks are run against a streaming node (see below)."""
+
+FENCE = re.compile(r"^(?:```|~~~)")
+MARKER = re.compile(r"^<!-- (?:runnable|(?:fragment|node): \S[^>]*) -->$")
+"""What the line before every fenced block of every page says: `runnable`, or why the
+block is not run here (`fragment: needs an S3 bucket`, `fragment: sample output`, ...), or
+`node: ...` (run against a streaming node by the test below)."""
 
 
-@pytest.mark.parametrize("md", sorted(DOCS.glob("*.md")), ids=lambda p: p.name)
+def _fenced_blocks(md: Path) -> list[tuple[int, str, str]]:
+    """Each fenced block of a page: its opening line's number, the line before it and the
+    block's first line."""
+    lines = md.read_text(encoding="utf-8").splitlines()
+    out, inside = [], False
+    for n, text in enumerate(lines):
+        if FENCE.match(text):
+            if not inside:
+                first = lines[n + 1] if n + 1 < len(lines) else ""
+                out.append((n + 1, lines[n - 1] if n else "", first))
+            inside = not inside
+    return out
+
+
+@pytest.mark.parametrize("md", _markdown_files(), ids=lambda p: p.name)
+def test_every_example_runs_or_says_why_not(md: Path) -> None:
+    """Every fenced block (Python, shell, console, JSON, plain) of README.md and docs/ is run
+    by this module or carries its reason not to be, so an example cannot silently rot."""
+    unmarked = [
+        f"line {n}: {first[:60]!r}" for n, before, first in _fenced_blocks(md)
+        if not MARKER.match(before)
+    ]
+    assert not unmarked, (
+        f"{md.relative_to(ROOT)}: blocks with neither <!-- runnable --> nor "
+        f"<!-- fragment: why it is not run -->: {unmarked}"
+    )
+
+
+@pytest.mark.parametrize("md", _markdown_files(), ids=lambda p: p.name)
 def test_every_python_block_runs_or_is_marked_a_fragment(
     md: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     blocks = BLOCK.findall(md.read_text(encoding="utf-8"))
     unmarked = [code.splitlines()[0] for marker, code in blocks if not marker]
     assert not unmarked, (
-        f"docs/{md.name}: Python blocks neither <!-- runnable --> nor <!-- fragment -->, "
+        f"{md.name}: Python blocks neither <!-- runnable --> nor <!-- fragment -->, "
         f"starting {unmarked}"
     )
-    if md.name == "concepts.md":
-        return  # run by the test above
+    if md.name in ("concepts.md", "README.md"):
+        return  # run by the test above, and by tests/test_readme.py
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": f"docs_{md.stem}"}
@@ -159,3 +194,54 @@ def test_every_python_block_runs_or_is_marked_a_fragment(
         with contextlib.redirect_stdout(out):
             exec(compile(code, f"docs/{md.name} block {n}", "exec"), namespace)
         assert out.getvalue().splitlines() == _expected_output(code), f"{md.name} block {n}"
+
+
+def test_streaming_first_example_runs_against_a_node(tmp_path: Path) -> None:
+    """docs/streaming.md's `node` blocks run as written against a real node (a subprocess
+    on a free loopback port standing in for 127.0.0.1:7470) and print what they say."""
+    pytest.importorskip("grpc")
+    blocks = [code for marker, code in BLOCK.findall(
+        (DOCS / "streaming.md").read_text(encoding="utf-8")) if marker == "node"]
+    assert blocks, "docs/streaming.md lost its example"
+    argv = [sys.executable, "-m", "oncelog.streaming", "--store", str(tmp_path / "store"),
+            "--listen", "127.0.0.1:0", "--node-id", "docs", "--tick", "3600"]
+    node = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, cwd=ROOT)
+    try:
+        address = _listening_address(node, timeout=60.0)
+        namespace: dict[str, object] = {"__name__": "docs_streaming"}
+        for n, code in enumerate(blocks):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(code.replace("127.0.0.1:7470", address),
+                             f"docs/streaming.md node block {n}", "exec"), namespace)
+            assert out.getvalue().splitlines() == _expected_output(code), f"block {n}"
+    finally:
+        node.kill()
+        node.wait(timeout=30)
+
+
+def _listening_address(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The address of a node's "listening on ADDRESS" line (bounded by `timeout`)."""
+    import queue
+    import threading
+
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no node listening within {timeout} s") from None
+        if line is None:
+            raise AssertionError(f"the node exited {proc.wait()} before listening")
+        if line.startswith("listening on "):
+            return line.split()[2]

@@ -8,6 +8,7 @@ with `--debug`).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import traceback
@@ -232,6 +233,7 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
     # The command's process is its own: bulk decoding may pause the collector (restored
     # on return, for callers that run main() inside another program or a test).
     previous_gc_pausing = set_gc_pausing(True)
+    handler = _warnings_to_stderr()
     state = State()
     code = 0
     try:
@@ -269,4 +271,24 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
         _report(describe_error(exc))
         code = EXIT_USAGE if _is_usage_error(exc) else EXIT_ERROR
     set_gc_pausing(previous_gc_pausing)
+    if handler is not None:
+        logging.getLogger("oncelog").removeHandler(handler)
     sys.exit(code)
+
+
+class _WarningFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"oncelog: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _warnings_to_stderr() -> logging.Handler | None:
+    """Show the library's warnings (a store not answering and being retried, say) on stderr
+    as the command's own (`oncelog: warning: ...`), unless the process configured logging
+    itself (a program running main() inside it). Returns the handler added, if any."""
+    if logging.getLogger().handlers or logging.getLogger("oncelog").handlers:
+        return None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_WarningFormatter())
+    logging.getLogger("oncelog").addHandler(handler)
+    return handler

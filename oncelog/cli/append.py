@@ -22,7 +22,7 @@ import os
 import stat
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
@@ -30,7 +30,7 @@ import orjson
 
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.output import Progress, notice, progress
-from oncelog.cli.params import SIZE, format_size
+from oncelog.cli.params import SIZE, format_size, plural
 
 if TYPE_CHECKING:
     from oncelog.framing import Framing
@@ -64,8 +64,10 @@ APPEND_KEYS = "append-keys"
 @click.option(
     "--header/--no-header",
     default=None,
-    help="CSV: the first record is a header, not appended [default: only if its first field "
-    "is 'uuid'].",
+    help="CSV: the first record is a header, not appended; its column names (with 'uuid' "
+    "first under --add-uuid-column) are recorded on the journal for readers (label "
+    "oncelog.dev/csv-columns), and must match the ones recorded before [default: only if "
+    "its first field is 'uuid'].",
 )
 @click.option(
     "--add-uuid-column",
@@ -127,6 +129,7 @@ def append(
             size = chunk_size or min(DEFAULT_CHUNK, spec.fragment.length)
             stamper = _Stamper(client, spec, idempotency_key)
             records = _Records(framing, source, stamper, header, add_uuid_column)
+            records.journal = (client, spec)  # CSV: where a header's column names go
             appended = _append_records(client, name, records, file, size, bar)
             if records.header_skipped:
                 notice(f"line 1 of {source} is a CSV header: not appended")
@@ -155,7 +158,9 @@ class _Appended:
             return "nothing"
         first, last = self.results[0], self.results[-1]
         count = len(self.results)
-        size = f"{self.size} bytes" + (f" ({format_size(self.size)})" if self.size >= 1024 else "")
+        size = plural(self.size, "byte")
+        if self.size >= 1024:
+            size += f" ({format_size(self.size)})"
         appends = f"{count} append{'s' if count != 1 else ''}"
         return f"{size} in {appends} at offsets {first.begin}-{last.end}"
 
@@ -274,6 +279,8 @@ class _Records:
         self.add_uuid_column = add_uuid_column
         self.header_skipped = False
         self.first = True
+        self.journal: tuple[JournalClient, JournalSpec] | None = None
+        self.pending_columns: tuple[list[str], int] | None = None
         self.kind = {CONTENT_TYPE_JSON_LINES: "json", CONTENT_TYPE_CSV: "csv"}.get(
             framing.content_type, "frames"
         )
@@ -352,20 +359,97 @@ class _Records:
             self.header or (fields and fields[0].strip().lower() == "uuid")
         ):
             self.header_skipped = True
+            self._header(fields, line)
             return None
+        frame_or_none = self._csv_record(fields, frame, line, first)
+        if self.pending_columns is not None:
+            # Recorded once the first record after the header is known good, so a header
+            # whose file lacks a UUID column (fixed by --add-uuid-column) records nothing.
+            self._record_columns(*self.pending_columns)
+            self.pending_columns = None
+        return frame_or_none
+
+    def _csv_record(self, fields: list[str], frame: bytes, line: int, first: bool) -> bytes:
         if self.add_uuid_column:
             return self.framing.marshal([str(self.stamper.next_uuid()), *fields])
         if not fields or fields[0] == "":
             return self.framing.marshal([str(self.stamper.next_uuid()), *fields[1:]])
-        if first and self.header is None and not _is_uuid(fields[0]):
-            raise _Bad(
-                line,
-                f"the first field {fields[0][:40]!r} is not a UUID (a CSV record's first "
-                "field is its UUID): pass --header if this line is a header, "
-                "--add-uuid-column if the records have no UUID column",
-            )
+        if not _is_uuid(fields[0]):
+            if first and self.header is None:
+                raise _Bad(
+                    line,
+                    f"the first field {fields[0][:40]!r} is not a UUID (a CSV record's first "
+                    "field is its UUID): pass --header if this line is a header, "
+                    "--add-uuid-column if the records have no UUID column",
+                )
+            if self.header_skipped:
+                raise _Bad(
+                    line,
+                    f"the first field {fields[0][:40]!r} is not a UUID (a CSV record's first "
+                    "field is its UUID): pass --add-uuid-column if the records have no UUID "
+                    "column (leave the field empty to have one made)",
+                )
         self._check_uuid(fields[0], "the first field", line)
         return frame
+
+    def _header(self, fields: list[str], line: int) -> None:
+        """Check a CSV header against the columns the journal records (a different one
+        is an error naming both) and keep its names to record once a record is good."""
+        from oncelog.framing.csvlines import CSVColumnsError, check_csv_columns, csv_columns
+
+        if self.journal is None:
+            return
+        spec = self.journal[1]
+        names = ["uuid", *fields] if self.add_uuid_column else list(fields)
+        try:
+            names = check_csv_columns(names, journal=spec.name)
+            recorded = csv_columns(spec)
+        except CSVColumnsError as exc:
+            raise _Bad(line, str(exc)) from None
+        self._same_columns(spec.name, recorded, names, line)
+        if recorded is None:
+            self.pending_columns = (names, line)
+
+    def _same_columns(
+        self, journal: str, recorded: list[str] | None, names: list[str], line: int
+    ) -> None:
+        from oncelog.framing.csvlines import CSV_COLUMNS_LABEL
+
+        if recorded is not None and recorded != names:
+            added = " (with the UUID column --add-uuid-column adds)" if self.add_uuid_column else ""
+            fix = "give the input the journal's header, or append it to another journal"
+            if not self.add_uuid_column and recorded[1:] == names:
+                fix = "pass --add-uuid-column if the records have no UUID column"
+            raise _Bad(
+                line,
+                f"the CSV header names the columns {names}{added}, but journal {journal} has "
+                f"the columns {recorded} (label {CSV_COLUMNS_LABEL}): {fix}",
+            )
+
+    def _record_columns(self, names: list[str], line: int) -> None:
+        """Record `names` as the journal's columns (label `oncelog.dev/csv-columns`), by a
+        conditional spec update: of two appends racing to record different headers one
+        wins, and the other then finds the winner's columns and fails naming both."""
+        from oncelog.framing.csvlines import CSV_COLUMNS_LABEL, csv_column_labels, csv_columns
+        from oncelog.journal import JournalError
+
+        assert self.journal is not None
+        client, spec = self.journal
+        for _ in range(8):  # each retry follows another writer's change of the spec
+            recorded = csv_columns(spec)
+            self._same_columns(spec.name, recorded, names, line)
+            if recorded is not None:
+                return
+            labels = spec.labels.set(CSV_COLUMNS_LABEL, csv_column_labels(names))
+            try:
+                client.update(replace(spec, labels=labels), expect=spec)
+                return
+            except JournalError:
+                spec = client.get(spec.name)
+        raise click.ClickException(
+            f"could not record the CSV columns {names} of journal {spec.name}: its spec kept "
+            "changing under concurrent updates; nothing was appended, try again"
+        )
 
     def _check_uuid(self, value: Any, where: str, line: int) -> None:
         try:
@@ -409,6 +493,11 @@ def _append_records(
     chunk_size: int,
     bar: Progress,
 ) -> _Appended:
+    """Append the records of `file` in chunks, one append in flight at a time.
+
+    If the run stops (Ctrl-C, or an error other than a bad record) the append in flight is
+    waited for, then what is stored is reported on stderr with the command that appends
+    the rest without duplicates (see `_report_stopped`); the exception then propagates."""
     done = _Appended()
     buf = bytearray()  # input from `buf_offset` on, not decoded yet
     buf_offset = 0
@@ -417,9 +506,11 @@ def _append_records(
     out_frames = 0
     out_line = 1  # input line of the first record in `out`
     in_flight: AsyncAppend | None = None
+    chunk = _Chunk()  # the input `in_flight` holds
+    stored = _Chunk()  # the input appended for sure: from line 1 (byte 0) on
 
-    def submit() -> None:
-        nonlocal in_flight, out_frames
+    def submit(next_line: int) -> None:
+        nonlocal in_flight, out_frames, chunk
         settle()
         in_flight = client.start_append(name)
         try:
@@ -429,6 +520,7 @@ def _append_records(
             in_flight = None
             raise
         in_flight.release()
+        chunk = _Chunk(out_frames, len(out), out_line, next_line)
         done.size += len(out)
         done.frames = (done.frames or 0) + out_frames
         del out[:]
@@ -437,38 +529,161 @@ def _append_records(
     def settle() -> None:
         nonlocal in_flight
         if in_flight is not None:
-            pending, in_flight = in_flight, None
-            done.results.append(pending.result())
+            result = in_flight.result()  # raises, leaving it in flight: outcome unknown
+            in_flight = None
+            done.results.append(result)
+            stored.add(chunk)
 
-    while True:
-        block = file.read(_READ_BLOCK)
-        eof = not block
-        buf += block
-        bar.advance(len(block))
-        if eof and records.lines and buf and not buf.endswith(b"\n"):
-            buf += b"\n"  # a last line without its newline
-        try:
-            consumed, frames = records.decode(buf, buf_offset, line, eof)
-        except _Bad as bad:
-            settle()
-            raise click.ClickException(_invalid(name, records, bad, done, out_line)) from None
-        for at, frame in frames:
-            if out and len(out) + len(frame) > chunk_size:
-                submit()
-            if not out:
-                out_line = at
-            out += frame
-            out_frames += 1
-        line += buf.count(b"\n", 0, consumed)
-        del buf[:consumed]
-        buf_offset += consumed
-        if eof:
-            break
-    if out:
-        submit()
-    settle()
+    try:
+        while True:
+            block = file.read(_READ_BLOCK)
+            eof = not block
+            buf += block
+            bar.advance(len(block))
+            if eof and records.lines and buf and not buf.endswith(b"\n"):
+                buf += b"\n"  # a last line without its newline
+            try:
+                consumed, frames = records.decode(buf, buf_offset, line, eof)
+            except _Bad as bad:
+                settle()
+                raise click.ClickException(
+                    _invalid(name, records, bad, done, out_line)
+                ) from None
+            for at, frame in frames:
+                if out and len(out) + len(frame) > chunk_size:
+                    submit(at)
+                if not out:
+                    out_line = at
+                out += frame
+                out_frames += 1
+            line += buf.count(b"\n", 0, consumed)
+            del buf[:consumed]
+            buf_offset += consumed
+            if eof:
+                break
+        if out:
+            submit(line)
+        settle()
+    except click.ClickException:
+        raise  # a bad record: its message says what was appended
+    except BaseException as exc:
+        unknown: _Chunk | None = None
+        if in_flight is not None:
+            try:
+                settle()  # the append in flight lands or fails: wait to know which
+            except BaseException:  # noqa: BLE001 - its outcome stays unknown; reported
+                unknown = chunk
+        _report_stopped(name, records, done, stored, unknown, exc)
+        raise
     done.stamped = records.stamper.count
     return done
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """Input records appended together: how many, their frames' bytes, the input line of
+    the first one and the line after the last one (where the next record starts)."""
+
+    frames: int = 0
+    size: int = 0
+    first_line: int = 1
+    next_line: int = 1
+
+    def add(self, later: _Chunk) -> None:
+        self.frames += later.frames
+        self.size += later.size
+        self.next_line = later.next_line
+
+
+def _report_stopped(
+    name: str,
+    records: _Records,
+    done: _Appended,
+    stored: _Chunk,
+    unknown: _Chunk | None,
+    exc: BaseException,
+) -> None:
+    """Say on stderr what a stopped append stored and the command that appends the rest
+    without duplicates: the input from the first record not stored on (a text input by
+    line, fixed frames by byte), appended with the same options. With an idempotency key
+    the rest gets a key of its own (the first run's key would give its records the UUIDs
+    of the first records: readers would drop them as duplicates)."""
+    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped by an error"
+    if not done.results and unknown is None:
+        notice(f"{why}: nothing was appended to journal {name}")
+        return
+    source = records.source
+    if done.results:
+        if records.lines:
+            part = f"the records of lines 1-{stored.next_line - 1} of {source}"
+        else:
+            part = f"the first {stored.size} bytes of {source}"
+        notice(
+            f"{why}: appended {stored.frames} records, {done.where()} of journal {name}: "
+            f"{part}"
+        )
+    else:
+        notice(f"{why}: nothing was appended to journal {name} for sure")
+    key = records.stamper._key  # noqa: SLF001 - this module's own class
+    if unknown is not None:
+        resume = _resume_command(name, records, stored.next_line, stored.size, key)
+        notice(
+            f"the outcome of the last append ({unknown.frames} records from line "
+            f"{unknown.first_line}) is unknown: if `oncelog read {name} --raw` shows them "
+            f"stored, resume at line {unknown.next_line}, else run: {resume}"
+        )
+        if key is not None:
+            notice(
+                f"or append the whole input again with --idempotency-key {key}: committed "
+                "readers drop the records stored twice"
+            )
+        return
+    resume = _resume_command(name, records, stored.next_line, stored.size, key)
+    notice(f"to append the rest without duplicates, run: {resume}")
+
+
+def _resume_command(
+    name: str, records: _Records, line: int, size: int, key: str | None
+) -> str:
+    """The shell command appending `records.source` from input line `line` (text) or byte
+    `size` (fixed frames) on, to journal `name` of the same store with the same options."""
+    import shlex
+
+    from oncelog.cli.app import State
+
+    argv = ["oncelog", "append", name, "-"]
+    state = click.get_current_context(silent=True)
+    obj = state.find_object(State) if state is not None else None
+    hidden = False
+    if obj is not None and obj.store:
+        argv += ["--store", obj.store]
+    for path, value in obj.storage_options if obj is not None else ():
+        dotted = ".".join(path)
+        if path and path[-1].lower() in _SECRET_OPTIONS:
+            argv += ["-o", f"{dotted}=HIDDEN"]
+            hidden = True
+        elif isinstance(value, str):
+            argv += ["-o", f"{dotted}={value}"]
+        else:
+            argv += ["-o", f"{dotted}:={orjson.dumps(value).decode()}"]
+    if records.add_uuid_column:
+        argv.append("--add-uuid-column")
+    if records.header_skipped or records.header:
+        argv.append("--no-header")  # the rest starts after the header
+    if key is not None:
+        where = f"line{line}" if records.lines else f"byte{size}"
+        argv += ["--idempotency-key", f"{key}@{where}"]
+    skip = f"tail -n +{line}" if records.lines else f"tail -c +{size + 1}"
+    head = (
+        f"{skip} {shlex.quote(records.source)}"
+        if records.source != "stdin"
+        else f"<the same input> | {skip}"
+    )
+    command = f"{head} | {shlex.join(argv)}"
+    return command + (" (with the hidden values as before)" if hidden else "")
+
+
+_SECRET_OPTIONS = frozenset({"key", "secret", "token", "session_token", "password"})
 
 
 def _invalid(name: str, records: _Records, bad: _Bad, done: _Appended, out_line: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from oncelog._extras import needs_extra
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.output import notice, print_table, write_json
 from oncelog.cli.params import format_option, selector_option
@@ -56,12 +57,11 @@ def delta(
     Each journal's progress is an application transaction of the table: a rerun, a crash
     or a second exporter never duplicates or skips a row. Needs `pip install deltalake`.
     """
-    import importlib.util
-
-    if importlib.util.find_spec("deltalake") is None:
-        raise click.ClickException(
-            "export delta needs the deltalake package: pip install deltalake"
-        )
+    try:  # before any work: a missing deltalake names the command that installs it
+        with needs_extra("delta", "oncelog export delta"):
+            import deltalake  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from None
     from oncelog.tables.delta import ExportResult, export_delta
 
     options: dict[str, str] = {}
@@ -83,7 +83,8 @@ def delta(
     def report(result: ExportResult) -> bool:
         for name, rows in result.rows.items():
             if follow and rows != seen.get(name, 0):
-                notice(f"{name}: {rows - seen.get(name, 0):,} rows exported (through offset"
+                new = rows - seen.get(name, 0)
+                notice(f"{name}: {new:,} {'row' if new == 1 else 'rows'} exported (through offset"
                        f" {result.offsets[name][1]:,})")
             seen[name] = rows
         return False

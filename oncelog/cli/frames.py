@@ -8,7 +8,7 @@ bytes. Committed reading runs these through a Sequencer, exactly as `read_commit
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from oncelog.framing import (
     RawPayload,
     decode_stream,
 )
+from oncelog.framing.csvlines import csv_record_doc
 from oncelog.message import (
     CSVRecord,
     Envelope,
@@ -237,10 +238,17 @@ def format_raw(env: Envelope) -> bytes:
     return raw
 
 
-def format_json(env: Envelope) -> bytes:
+def format_json(env: Envelope, columns: Sequence[str] | None = None) -> bytes:
     """One JSON object per message: where it is, its UUID parts, and the message
-    (a JSON document, a list of CSV fields, or a base64 protobuf payload)."""
+    (a JSON document, a list of CSV fields, or a base64 protobuf payload). With `columns`
+    (a CSV journal's recorded header), a CSV record is an object keyed by them."""
     producer, clock, flags = env.ids
+    message = env.message.message
+    body = (
+        csv_record_doc(message.fields, columns)
+        if columns is not None and isinstance(message, CSVRecord)
+        else _body(message)
+    )
     doc = {
         "journal": env.journal,
         "begin": env.begin,
@@ -250,7 +258,7 @@ def format_json(env: Envelope) -> bytes:
         "clock": clock,
         "time": _time(clock),
         "flags": _flags_name(flags),
-        "message": _body(env.message.message),
+        "message": body,
     }
     return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
 

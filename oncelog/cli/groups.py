@@ -1,8 +1,11 @@
-"""Consumer-group commands: `groups list`, `groups show GROUP`, `groups reset GROUP`.
+"""Consumer-group commands: `groups list`, `groups show GROUP` (alias `groups status`),
+`groups lag GROUP`, `groups reset GROUP`.
 
 `groups show` prints the lag in bytes and in messages (counted by reading the lag: pass
-`--no-messages` to skip that on a group far behind). `groups reset` moves a group to the
-beginning, the head, given offsets (`--to JOURNAL=OFFSET,...`) or a time (`--at`).
+`--no-messages` to skip that on a group far behind). `groups lag` prints one line per
+journal, counting messages only where that is cheap (`--count-up-to`). `groups reset`
+moves a group to the beginning, the head, given offsets (`--to JOURNAL=OFFSET,...`) or a
+time (`--at`).
 
 They work on the groups' checkpoints (oncelog.consumer), so they run wherever the store is
 reachable, whether the group's consumers run or not.
@@ -18,7 +21,7 @@ import click
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.journals import require_confirmation
 from oncelog.cli.output import Column, iso_time, notice, print_fields, print_table, write_json
-from oncelog.cli.params import format_option
+from oncelog.cli.params import format_option, parse_size, plural
 
 if TYPE_CHECKING:
     from oncelog.consumer import GroupStatus
@@ -59,7 +62,7 @@ def status_doc(status: GroupStatus) -> dict[str, Any]:
 
 @cli.group()
 def groups() -> None:
-    """List consumer groups, show where they stand, reset them."""
+    """List consumer groups, show where they stand and how far behind, reset them."""
 
 
 @groups.command("list")
@@ -96,10 +99,9 @@ def show(state: State, group: str, messages: bool, fmt: str) -> None:
     if fmt == "json":
         write_json(doc)
         return
-    lag = f"{doc['lag']} bytes"
+    lag = plural(doc["lag"], "byte")
     if doc["messages"] is not None:
-        n = doc["messages"]
-        lag += f", {n} message{'' if n == 1 else 's'}"
+        lag += f", {plural(doc['messages'], 'message')}"
     print_fields([("group", doc["group"]), ("shards", doc["shards"]), ("lag", lag)])
     print_table(
         [
@@ -126,6 +128,95 @@ def show(state: State, group: str, messages: bool, fmt: str) -> None:
             for m in doc["members"]
             for j in m["journals"]
             or [{"journal": None, "offset": None, "head": None, "lag": None, "messages": None}]
+        ],
+    )
+
+
+groups.add_command(
+    click.Command(
+        "status",
+        callback=show.callback,
+        params=show.params,
+        help="Same as `groups show GROUP` (an alias): "
+        + " ".join((show.help or "").split()),
+        short_help="Same as `groups show`.",
+    )
+)
+
+
+def _size_or_zero(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """A size such as 64MiB, or 0."""
+    if value.strip() == "0":
+        return 0
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+@groups.command("lag")
+@click.argument("group")
+@click.option(
+    "--count-up-to",
+    callback=_size_or_zero,
+    default="64MiB",
+    show_default=True,
+    help="Count the messages behind in journals at most this many bytes behind (reads "
+    "those bytes); 0 counts none (bytes only).",
+    metavar="SIZE",
+)
+@format_option
+@store_options
+@pass_state
+def lag(state: State, group: str, count_up_to: int, fmt: str) -> None:
+    """Show how far GROUP is behind, per journal: the offset of its latest checkpoint, the
+    journal's write head, the lag in bytes and, where counting is cheap, in messages
+    (ACKs excluded; '-' where not counted)."""
+    from oncelog.consumer import group_status
+    from oncelog.consumer.groups import count_messages
+
+    client = state.client()
+    status = group_status(client, group, count=False)
+    rows: list[dict[str, Any]] = []
+    for member in status.members:
+        for j in member.journals:
+            messages = None
+            if j.lag is not None and j.lag <= count_up_to:
+                assert j.head is not None
+                messages = count_messages(client, j.journal, j.offset, j.head)
+            rows.append(
+                {
+                    "journal": j.journal,
+                    "shard": member.shard,
+                    "offset": j.offset,
+                    "head": j.head,
+                    "lag": j.lag,
+                    "messages": messages,
+                }
+            )
+    if fmt == "json":
+        write_json(rows)
+        return
+    sharded = any(r["shard"] is not None for r in rows)
+    print_table(
+        [
+            "JOURNAL",
+            *([Column("SHARD", numeric=True)] if sharded else []),
+            Column("OFFSET", numeric=True),
+            Column("HEAD", numeric=True),
+            Column("LAG", numeric=True),
+            Column("MESSAGES", numeric=True),
+        ],
+        [
+            (
+                r["journal"],
+                *((r["shard"],) if sharded else ()),
+                r["offset"],
+                "-" if r["head"] is None else r["head"],
+                "-" if r["lag"] is None else r["lag"],
+                "-" if r["messages"] is None else r["messages"],
+            )
+            for r in rows
         ],
     )
 
@@ -231,7 +322,7 @@ def reset(
         notice(f"dry run: consumer group {group} not reset")
         return
     require_confirmation(
-        f"Reset consumer group {group} ({status.lag} bytes behind) to {label}?",
+        f"Reset consumer group {group} ({plural(status.lag, 'byte')} behind) to {label}?",
         yes,
         f"reset group {group}",
     )

@@ -18,6 +18,8 @@ from oncelog.cli.params import (
     format_duration,
     format_option,
     format_size,
+    parse_size,
+    plural,
     selector_option,
 )
 
@@ -27,6 +29,40 @@ if TYPE_CHECKING:
 __all__ = ["journals", "require_confirmation", "fragment_doc"]
 
 _COMPRESSION_NAMES = {".raw": "none", ".gz": "gzip", ".zst": "zstd"}
+
+
+def _parse_compact_after(text: str) -> int:
+    """`--compact-after N`: a number of fragments (0: off). A size is refused with a clear
+    message: the spec's setting (FragmentSpec.compact_after) counts fragments."""
+    value = text.strip()
+    if not value.isdigit():
+        try:
+            parse_size(value)
+        except ValueError:
+            pass
+        else:
+            raise ValueError(
+                f"--compact-after counts fragments (e.g. 8), not bytes: {text!r} is a size"
+            )
+        raise ValueError(f"--compact-after counts fragments (e.g. 8): {text!r} is not a number")
+    return int(value)
+
+
+class _CompactAfter(click.ParamType[int]):
+    """A click type for `--compact-after`."""
+
+    name = "n"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return _parse_compact_after(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+_COMPACT_AFTER = _CompactAfter()
 
 
 def require_confirmation(question: str, yes: bool, what: str) -> None:
@@ -99,6 +135,21 @@ def journals() -> None:
     default=None,
     help="How long an append may wait for others to share its fragment, e.g. 100ms [default: 0s].",
 )
+@click.option(
+    "--retention",
+    type=DURATION,
+    default=None,
+    help="Keep data this long, e.g. 30d or 720h; `journals trim NAME` (and automatic "
+    "compaction) then deletes whole fragments older than that [default: forever].",
+)
+@click.option(
+    "--compact-after",
+    type=_COMPACT_AFTER,
+    default=None,
+    metavar="N",
+    help="Compact the journal automatically once a writing client has seen N new small "
+    "fragments since the last compaction [default: off].",
+)
 @click.option("--owner-role", default=None, help="Owner role, e.g. producer.")
 @click.option("--owner-address", default=None, help="Owner address, e.g. a host or service URL.")
 @click.option("--owner-description", default=None, help="Free-form owner description.")
@@ -112,6 +163,8 @@ def create(
     compression: str,
     fragment_length: int | None,
     flush_interval: timedelta | None,
+    retention: timedelta | None,
+    compact_after: int | None,
     owner_role: str | None,
     owner_address: str | None,
     owner_description: str | None,
@@ -136,6 +189,8 @@ def create(
         length=fragment_length or DEFAULT_FRAGMENT_LENGTH,
         compression=compression,
         flush_interval=flush_interval.total_seconds() if flush_interval is not None else 0.0,
+        compact_after=compact_after or 0,
+        retention=retention.total_seconds() if retention is not None else 0.0,
     )
     owner = None
     if owner_role is not None or owner_address is not None or owner_description is not None:
@@ -260,6 +315,16 @@ def describe(state: State, name: str, fmt: str) -> None:
             ("fragment length", format_size(spec.fragment.length)),
             ("flush interval", format_duration(spec.fragment.flush_interval)),
             (
+                "retention",
+                format_duration(spec.fragment.retention) if spec.fragment.retention else "forever",
+            ),
+            (
+                "compact after",
+                plural(spec.fragment.compact_after, "fragment")
+                if spec.fragment.compact_after
+                else "off",
+            ),
+            (
                 "owner",
                 "-"
                 if owner is None
@@ -292,7 +357,7 @@ def delete(state: State, name: str, yes: bool) -> None:
         frags = client.fragments(name)
         size = format_size(sum(f.size or 0 for f in frags))
         require_confirmation(
-            f"Delete journal {name} and its {len(frags)} fragments ({size})?",
+            f"Delete journal {name} and its {plural(len(frags), 'fragment')} ({size})?",
             yes,
             f"delete journal {name}",
         )
@@ -373,9 +438,8 @@ def verify(state: State, names: tuple[str, ...], selector: str | None, fmt: str)
     checked = sum(r.fragments for r in reports)
     size = sum(r.bytes for r in reports)
     notice(
-        f"verify: {checked} fragment{'s' if checked != 1 else ''} ({format_size(size)}) of "
-        f"{len(targets)} journal{'s' if len(targets) != 1 else ''} checked, "
-        f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        f"verify: {plural(checked, 'fragment')} ({format_size(size)}) of "
+        f"{plural(len(targets), 'journal')} checked, {plural(len(problems), 'problem')}"
     )
     if problems:
         from oncelog.cli.app import EXIT_ERROR
@@ -452,8 +516,9 @@ def head(state: State, name: str, fmt: str) -> None:
     type=DURATION,
     default="1h",
     show_default=True,
-    help="Leave unclaimed fragments younger than this (30s, 15m, 1h, 2d): their writer may "
-    "still claim them.",
+    help="Leave fragments younger than this (30s, 15m, 1h, 2d): a writer may still claim "
+    "a fragment it stored, and a reader may still be reading one compaction superseded "
+    "(that grace counts from the compaction).",
 )
 @click.option(
     "--dry-run",
@@ -466,30 +531,55 @@ def head(state: State, name: str, fmt: str) -> None:
 def gc(
     state: State, names: tuple[str, ...], selector: str | None, grace: timedelta, dry_run: bool
 ) -> None:
-    """Delete the unclaimed fragments of journals (writers that lost a race or died).
+    """Delete the fragment objects of journals that readers no longer read, of two kinds:
+
+    \b
+    - unclaimed: never claimed, left by writers that lost a race for an offset or crashed
+      before claiming it (or by a compaction killed before its record), older than --grace;
+    - superseded by compaction: small fragments (and older big ones) whose bytes a
+      compaction record made --grace ago or earlier holds in big fragments.
 
     Prints the path of each deleted fragment (with --dry-run: of each fragment that would
-    be deleted, deleting nothing).
+    be deleted, deleting nothing), and a count of each kind on stderr.
     """
+    from oncelog.journal.compaction import gc_skips
+
     client = state.client()
     targets = list(dict.fromkeys(names))
     if selector is not None:
         targets += [s.name for s in client.list(selector_option(selector)) if s.name not in targets]
     if not targets:
         raise click.UsageError("name a journal or give --selector")
-    deleted: list[Fragment] = []
+    unclaimed: list[Fragment] = []
+    superseded: list[Fragment] = []
     with progress("gc", total=len(targets), unit="items") as bar:
         for name in targets:
             bar.describe(f"gc {name}")
+            # gc leaves unclaimed fragments below the newest compaction record's end to
+            # retirement, which deletes only fragments ending at or before the end of a
+            # record older than the grace: so below `covered` (read first, records only
+            # grow) a deleted fragment was superseded by compaction, above it never claimed.
+            covered = gc_skips(client, name)
             for frag in client.gc(name, grace=grace, dry_run=dry_run):
                 click.echo(frag.content_path)
-                deleted.append(frag)
+                (superseded if frag.end <= covered else unclaimed).append(frag)
             bar.advance(1)
-    size = sum(f.size or 0 for f in deleted)
+    size = sum(f.size or 0 for f in unclaimed + superseded)
+    kinds = []
+    if unclaimed:
+        kinds.append(
+            f"{plural(len(unclaimed), 'unclaimed fragment')} (left by writers that lost a "
+            "race or crashed)"
+        )
+    if superseded:
+        kinds.append(f"{plural(len(superseded), 'fragment')} superseded by compaction")
+    done = "would delete" if dry_run else "deleted"
+    if kinds:
+        what = f"{done} {' and '.join(kinds)}, {format_size(size)} in all"
+    else:
+        what = f"{done} nothing"
     notice(
-        f"gc{' --dry-run' if dry_run else ''}: {'would delete' if dry_run else 'deleted'} "
-        f"{len(deleted)} unclaimed fragment{'s' if len(deleted) != 1 else ''} "
-        f"({format_size(size)}) from {len(targets)} journal{'s' if len(targets) != 1 else ''}"
+        f"gc{' --dry-run' if dry_run else ''}: {what}, from {plural(len(targets), 'journal')}"
     )
 
 
@@ -560,13 +650,15 @@ def compact(
             continue
         retired = result.retired
         tail = (
-            f"; retired {len(retired.claims)} claims and {len(retired.fragments)} fragments"
+            f"; retired {plural(len(retired.claims), 'claim')} and "
+            f"{plural(len(retired.fragments), 'fragment')}"
             if retired is not None and (retired.claims or retired.fragments)
             else ""
         )
         click.echo(
-            f"{name}: {verb} {result.fragments_read} fragments "
-            f"({format_size(result.bytes_compacted)}) into {len(result.chunks)}; offsets "
+            f"{name}: {verb} {plural(result.fragments_read, 'fragment')} "
+            f"({format_size(result.bytes_compacted)}) into "
+            f"{plural(len(result.chunks), 'fragment')}; offsets "
             f"{result.start}-{result.through} now in record {result.record}"
             f"{'' if dry_run or result.record_won else ' (written by a racing compactor)'}"
             f"{tail}"
@@ -611,8 +703,8 @@ def trim(state: State, name: str, before: str | None, dry_run: bool, yes: bool) 
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     summary = (
-        f"{len(plan.fragments)} fragments ({format_size(plan.bytes_deleted)}) and "
-        f"{len(plan.claims)} claims of {name}; its first offset becomes {plan.first}"
+        f"{plural(len(plan.fragments), 'fragment')} ({format_size(plan.bytes_deleted)}) and "
+        f"{plural(len(plan.claims), 'claim')} of {name}; its first offset becomes {plan.first}"
     )
     if dry_run or not plan.fragments and not plan.claims:
         click.echo(f"{name}: would delete {summary}" if dry_run else f"{name}: nothing to trim")
@@ -629,9 +721,9 @@ def trim(state: State, name: str, before: str | None, dry_run: bool, yes: bool) 
 
         result = client.trim(name, point, progress=on_progress)
     click.echo(
-        f"{name}: deleted {len(result.fragments)} fragments "
-        f"({format_size(result.bytes_deleted)}) and {len(result.claims)} claims; first "
-        f"offset now {result.first}"
+        f"{name}: deleted {plural(len(result.fragments), 'fragment')} "
+        f"({format_size(result.bytes_deleted)}) and {plural(len(result.claims), 'claim')}; "
+        f"first offset now {result.first}"
     )
 
 
@@ -734,9 +826,9 @@ def apply(state: State, file: Any, dry_run: bool, yes: bool) -> None:
     if dry_run or not creates and not updates:
         return
     if updates:
+        also = f" and create {plural(len(creates), 'journal')}" if creates else ""
         require_confirmation(
-            f"Update {len(updates)} journal spec{'s' if len(updates) != 1 else ''}"
-            f"{f' and create {len(creates)} journals' if creates else ''}?",
+            f"Update {plural(len(updates), 'journal spec')}{also}?",
             yes,
             "update journal specs",
         )

@@ -19,6 +19,7 @@ __all__ = [
     "format_duration",
     "parse_size",
     "format_size",
+    "plural",
     "parse_label",
     "parse_storage_option",
     "merge_storage_option",
@@ -111,6 +112,15 @@ def format_size(size: int | None) -> str:
             return f"{size} B" if unit == "B" else f"{value:.4g} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """`count` and `noun`, the noun in its plural form unless count is 1: `1 fragment`,
+    `0 fragments`, `3 entries` (with plural_form="entries"). Every count the command line
+    prints goes through this, so that it never says "1 fragments"."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {plural_form if plural_form is not None else noun + 's'}"
 
 
 def parse_label(text: str) -> tuple[str, str]:

@@ -1,13 +1,24 @@
 """`oncelog read`: print one journal's messages, or those of every journal a selector picks.
 
-Raw uncommitted reads copy journal bytes as stored; other reads decode frames (keeping
-their bytes) and, with `--committed`, sequence them. Without `--follow` the journals of a
-selector are read one after the other; with it, all are tailed at once (journals created
-later that match are picked up) and whole frames are interleaved on stdout.
+What is printed (documented in docs/cli.md):
+
+- a journal with a framing (an oncelog spec, or `--content-type`): its committed messages,
+  each once, as `read_committed` delivers them (duplicates, rolled-back messages and ACKs
+  left out); `--uncommitted` prints every message as stored instead, ACKs included;
+- a journal without one (a Gazette fragment store read without `--content-type`), and
+  `--raw`: the journal's bytes exactly as stored, copied, not decoded;
+- protobuf journals are read uncommitted unless `--committed` is asked for (an error): the
+  command line has no schema to find their UUIDs in.
+
+`--format raw` prints each selected message's frame as stored; `json` and `table` decode
+it. Without `--follow` the journals of a selector are read one after the other; with it,
+all are tailed at once (journals created later that match are picked up) and whole frames
+are interleaved on stdout.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import queue
 import sys
@@ -24,6 +35,7 @@ from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.frames import (
     FORMATTERS,
     committed_envelopes,
+    format_json,
     framed_envelopes,
     new_message_for,
     table_header,
@@ -44,7 +56,9 @@ class _Plan:
     """How to read: what to print, from where, and whether to keep waiting for more."""
 
     fmt: str
-    committed: bool
+    committed: bool | None
+    """True: `--committed`; False: `--uncommitted` or `--raw`; None: per journal, committed
+    if it has a framing the command line can sequence (see `_reads_committed`)."""
     follow: bool
     from_head: bool
     offset: int | None
@@ -53,12 +67,12 @@ class _Plan:
     max_messages: int | None = None
     timeout: float | None = None
 
-    def copies_bytes(self, merged_follow: bool) -> bool:
+    def copies_bytes(self, committed: bool, merged_follow: bool) -> bool:
         """Raw uncommitted output of one journal at a time is its bytes as stored (unless
-        messages are counted)."""
+        messages are counted, or whole frames interleaved with other journals')."""
         return (
             self.fmt == "raw"
-            and not self.committed
+            and not committed
             and not merged_follow
             and self.max_messages is None
         )
@@ -70,7 +84,25 @@ class _Plan:
     "--selector", "-l", default=None, help="Read every journal matching this label selector."
 )
 @click.option(
-    "--committed", "-c", is_flag=True, help="Only committed messages, each once (read-committed)."
+    "--committed",
+    "-c",
+    is_flag=True,
+    help="Only committed messages, each once, ACKs left out (read-committed): the default "
+    "for journals with a framing; given, it is an error for journals the command line "
+    "cannot sequence (protobuf, no framing).",
+)
+@click.option(
+    "--uncommitted",
+    "-u",
+    is_flag=True,
+    help="Every message as stored, in journal order: ACKs, duplicates, pending and "
+    "rolled-back messages included (read-uncommitted).",
+)
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="The journal's bytes exactly as stored, undecoded: every message, ACKs included "
+    "(--uncommitted --format raw). The default for journals without a framing.",
 )
 @click.option(
     "--offset",
@@ -104,9 +136,9 @@ class _Plan:
     "--format",
     "fmt",
     type=click.Choice(sorted(FORMATTERS)),
-    default="raw",
-    show_default=True,
-    help="raw: frames as stored; json: one JSON object per message; table: aligned text.",
+    default=None,
+    help="raw: each message's frame as stored; json: one JSON object per message; table: "
+    "aligned text [default: raw].",
 )
 @click.option(
     "--content-type",
@@ -129,17 +161,24 @@ def read(
     name: str | None,
     selector: str | None,
     committed: bool,
+    uncommitted: bool,
+    raw: bool,
     offset: int | None,
     from_head: bool,
     follow: bool,
     max_messages: int | None,
     timeout: timedelta | None,
-    fmt: str,
+    fmt: str | None,
     content_type: str | None,
     skip_errors: bool,
     refresh: timedelta,
 ) -> None:
-    """Print the messages of journal NAME (or of the journals matching --selector) to stdout."""
+    """Print the messages of journal NAME (or of the journals matching --selector) to stdout.
+
+    Journals with a framing (an oncelog spec, or --content-type) print their committed
+    messages, each once, as an exactly-once reader gets them; --uncommitted prints every
+    message (ACKs too). Journals without one, and --raw, print the bytes as stored.
+    """
     if name is None and selector is None:
         raise click.UsageError("give a journal NAME or --selector")
     if name is not None and selector is not None:
@@ -152,9 +191,16 @@ def read(
         )
     if timeout is not None and not follow:
         raise click.UsageError("--timeout ends a --follow: give both, or neither")
+    if committed and uncommitted:
+        raise click.UsageError("--committed and --uncommitted exclude each other")
+    if raw and (committed or fmt not in (None, "raw")):
+        raise click.UsageError(
+            "--raw prints the journal's bytes as stored, every message uncommitted: it "
+            "excludes --committed and --format json|table"
+        )
     plan = _Plan(
-        fmt,
-        committed,
+        fmt or "raw",
+        True if committed else False if uncommitted or raw else None,
         follow,
         from_head,
         offset,
@@ -197,6 +243,8 @@ def _read_one(client: JournalClient, name: str, plan: _Plan, out: BinaryIO) -> N
         raise click.ClickException(
             f"offset {start} is past the write head {head} of journal {name}"
         )
+    if plan.offset:
+        _check_available(client, name, plan.offset)
     if plan.content_type is not None or plan.offset:
         content_type = _content_type(client, name, plan.content_type, required=False)
         if plan.offset and content_type is not None:
@@ -253,12 +301,28 @@ class _Counter:
         return self.limit is not None and self.count >= self.limit
 
 
+def _check_available(client: JournalClient, name: str, offset: int) -> None:
+    """Refuse a start offset below the journal's first available one (a trim or retention
+    removed it), naming the offset asked for and the first available one. Checked before
+    the frame-boundary check, which reads the byte before `offset`: its error would name
+    that byte's offset instead."""
+    from oncelog.journal import OffsetNotAvailable
+
+    first = client.first_offset(name)
+    if offset < first:
+        raise OffsetNotAvailable(
+            f"offset {offset} of journal {name!r} is before its first available offset "
+            f"{first} (the data before was trimmed): start at {first} or later"
+        )
+
+
 def _check_frame_boundary(client: JournalClient, name: str, offset: int, content_type: str) -> None:
     """Refuse a start offset inside a frame: raw output from there would begin with the
-    tail of a frame, and decoding would fail on it."""
+    tail of a frame, and decoding would fail on it. The first available offset is a
+    fragment's begin, which is always a frame boundary (appends hold whole frames)."""
     from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
 
-    if offset <= 0:
+    if offset <= 0 or offset == client.first_offset(name):
         return
     if content_type == CONTENT_TYPE_PROTOBUF_FIXED:
         from oncelog.framing.fixed import MAGIC_WORD
@@ -305,7 +369,11 @@ def _stream(
 ) -> Iterator[bytes]:
     """The output bytes for journal `name`, in pieces that never split a frame when
     `merged` (other journals' pieces come in between)."""
-    if plan.copies_bytes(merged):
+    from oncelog.framing import for_content_type
+
+    content_type = _content_type(client, name, plan.content_type, required=False)
+    committed = _reads_committed(name, plan, content_type)
+    if plan.copies_bytes(committed, merged):
         reader = client.read(name, start, block=plan.follow)
         try:
             while chunk := reader.read(COPY_CHUNK):
@@ -315,18 +383,17 @@ def _stream(
         finally:
             reader.close()
         return
-    from oncelog.framing import for_content_type
-
-    content_type = _content_type(client, name, plan.content_type)
-    assert content_type is not None
-    if plan.committed and content_type == "application/x-protobuf-fixed":
+    if content_type is None:
+        raise _no_framing(name)
+    if committed and content_type == "application/x-protobuf-fixed":
         raise click.ClickException(
             f"cannot read journal {name} committed: its protobuf messages' UUIDs need their "
-            "schema, which the command line does not have (read it uncommitted, or use the library)"
+            "schema, which the command line does not have (read it --uncommitted, or use "
+            "the library)"
         )
     framing = for_content_type(content_type)
     on_error = _warn_and_skip if plan.skip_errors else None
-    read_envelopes = committed_envelopes if plan.committed else framed_envelopes
+    read_envelopes = committed_envelopes if committed else framed_envelopes
     envelopes = read_envelopes(
         client,
         name,
@@ -338,9 +405,52 @@ def _stream(
         progress=bar,
     )
     try:
-        yield from map(FORMATTERS[plan.fmt], envelopes)
+        yield from map(_formatter(client, name, plan.fmt, content_type), envelopes)
     finally:
         envelopes.close()  # type: ignore[attr-defined]
+
+
+def _reads_committed(name: str, plan: _Plan, content_type: str | None) -> bool:
+    """Whether journal `name` is read committed: as asked (`--committed`, `--uncommitted`,
+    `--raw`), else whenever its messages can be sequenced here, i.e. it has a framing whose
+    UUIDs the command line can see. Protobuf journals are read uncommitted, with a warning
+    (their UUIDs need the schema); journals without a known framing print their bytes."""
+    from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED, UnknownContentType, for_content_type
+
+    if plan.committed is not None:
+        return plan.committed
+    if content_type is None:
+        return False
+    if content_type == CONTENT_TYPE_PROTOBUF_FIXED:
+        warn(
+            f"journal {name} holds protobuf messages, whose UUIDs the command line cannot "
+            "see (no schema): printing every message, uncommitted"
+        )
+        return False
+    try:
+        for_content_type(content_type)
+    except UnknownContentType:
+        return False
+    return True
+
+
+def _formatter(
+    client: JournalClient, name: str, fmt: str, content_type: str
+) -> Callable[[Any], bytes]:
+    """How `fmt` prints journal `name`'s messages: JSON output keys a CSV journal's records
+    by the column names its spec records (`oncelog append --header`), if it records any."""
+    from oncelog.framing import CONTENT_TYPE_CSV
+    from oncelog.framing.csvlines import csv_columns
+    from oncelog.journal import JournalNotFound
+
+    if fmt == "json" and content_type == CONTENT_TYPE_CSV:
+        try:
+            columns = csv_columns(client.get(name))
+        except JournalNotFound:  # a Gazette fragment store: no spec, no names
+            columns = None
+        if columns is not None:
+            return functools.partial(format_json, columns=columns)
+    return FORMATTERS[fmt]
 
 
 def _warn_and_skip(exc: Exception) -> None:
@@ -360,16 +470,21 @@ def _content_type(
         client.head(name)  # no fragments either: let JournalNotFound say so
         if override or not required:
             return override
-        raise click.ClickException(
-            f"journal {name} has fragments but no oncelog spec (a Gazette fragment store?): "
-            "pass --content-type, or read it with --format raw"
-        ) from None
+        raise _no_framing(name) from None
     if override is not None and override != spec.content_type:
         raise click.UsageError(
             f"--content-type {override} contradicts journal {name}'s content type "
             f"{spec.content_type}: --content-type is for journals without an oncelog spec"
         )
     return spec.content_type
+
+
+def _no_framing(name: str) -> click.ClickException:
+    """The error for decoding a journal whose framing is unknown."""
+    return click.ClickException(
+        f"journal {name} has fragments but no oncelog spec (a Gazette fragment store?): "
+        "pass --content-type, or read its bytes with --raw"
+    )
 
 
 @dataclass(slots=True)

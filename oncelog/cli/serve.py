@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from oncelog._extras import needs_extra
 from oncelog.cli.app import State, cli, pass_state, store_options
 
 __all__ = ["serve"]
@@ -75,12 +76,11 @@ def serve(
 ) -> None:
     """Run a streaming node: channels produced to and consumed from over gRPC."""
     try:
-        from oncelog.streaming.node import NodeConfig
-        from oncelog.streaming.node import serve as start
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise click.ClickException(
-            f"the streaming node needs grpcio: pip install 'oncelog[streaming]' ({exc})"
-        ) from None
+        with needs_extra("streaming", "oncelog serve"):
+            from oncelog.streaming.node import NodeConfig
+            from oncelog.streaming.node import serve as start
+    except ImportError as exc:  # MissingExtra names the command that installs grpcio
+        raise click.ClickException(str(exc)) from None
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     token = os.environ.get("ONCELOG_STREAMING_TOKEN") or None
@@ -126,13 +126,12 @@ def _metrics(listen: str) -> tuple[Any, Any]:
     """The node's metrics in a registry of their own, served over HTTP on `listen`
     (`HOST:PORT`): (NodeMetrics, the HTTP server)."""
     try:
-        import prometheus_client as prom
+        with needs_extra("metrics", "oncelog serve --metrics-listen"):
+            import prometheus_client as prom
 
-        from oncelog.streaming.node import NodeMetrics
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise click.ClickException(
-            f"--metrics-listen needs prometheus_client: pip install 'oncelog[metrics]' ({exc})"
-        ) from None
+            from oncelog.streaming.node import NodeMetrics
+    except ImportError as exc:  # MissingExtra names the command that installs it
+        raise click.ClickException(str(exc)) from None
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
         raise click.UsageError(f"--metrics-listen takes HOST:PORT, not {listen!r}")

@@ -14,7 +14,7 @@ import click
 from oncelog.cli.app import State, cli, pass_state, store_options
 from oncelog.cli.journals import require_confirmation
 from oncelog.cli.output import notice, print_table, write_json
-from oncelog.cli.params import format_option
+from oncelog.cli.params import format_option, plural
 
 __all__ = ["txns"]
 
@@ -87,16 +87,18 @@ def recover(state: State, ids: tuple[str, ...], yes: bool) -> None:
     records = pending_records(client)
     if ids:
         require_confirmation(
-            f"Take over transactional id(s) {', '.join(ids)}? Their running instances will "
-            "be fenced out (their next commit fails)",
+            f"Take over {'transactional id' if len(ids) == 1 else 'transactional ids'} "
+            f"{', '.join(ids)}? Their running instances will be fenced out (their next "
+            "commit fails)",
             yes,
             "take over transactional ids",
         )
     done = recover_pending(client, records)
     for record in done:
         notice(f"rolled forward {record.path}: journals {', '.join(record.intent_journals)}")
-    notice(f"{len(done)} pending commit(s) rolled forward, {len(records) - len(done)} were "
-           "already finished by their publisher")
+    finished = len(records) - len(done)
+    notice(f"{plural(len(done), 'pending commit')} rolled forward, {finished} "
+           f"{'was' if finished == 1 else 'were'} already finished by their publisher")
     for tid in ids:
         Publisher(client, transactional_id=tid)
         notice(f"transactional id {tid!r}: taken over, last commit rolled forward")

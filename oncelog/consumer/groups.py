@@ -121,7 +121,7 @@ class GroupStatus:
 def _info(client: "JournalClient", group: str) -> GroupInfo:
     info = read_group_info(client, group)
     if info is None:
-        raise GroupNotFound(f"consumer group {group!r} does not exist in {client!r}")
+        raise GroupNotFound(f"consumer group {group!r} does not exist in store {client.location}")
     return info
 
 

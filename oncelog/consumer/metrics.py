@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog._extras import needs_extra
+
 __all__ = ["ConsumerMetrics"]
 
 
@@ -31,12 +33,8 @@ class ConsumerMetrics:
     """
 
     def __init__(self, registry: Any = None, namespace: str = "oncelog") -> None:
-        try:
+        with needs_extra("metrics", "ConsumerMetrics"):
             import prometheus_client as prom
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "ConsumerMetrics needs prometheus_client: pip install 'oncelog[metrics]'"
-            ) from exc
         kw: dict[str, Any] = {"namespace": namespace, "labelnames": ("group", "shard")}
         if registry is not None:
             kw["registry"] = registry

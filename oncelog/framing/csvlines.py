@@ -4,6 +4,12 @@ Records are written with `\\n` line ends, as Gazette's Go writer does; `\\r\\n`
 line ends are read too. A record may span lines inside a quoted field, so
 frames end at record boundaries, not at every newline. Blank lines hold no
 record and are skipped, as Go's csv reader does.
+
+A CSV journal may name its columns: `oncelog append --header` records the header's names
+in the journal's `oncelog.dev/csv-columns` label (`CSV_COLUMNS_LABEL`), and readers that
+show records as named fields (`oncelog read --format json`, `read_committed_arrow(...,
+parse=True)`) take them from there with `csv_columns(spec)`. The frames themselves never
+change: a record stays a UUID followed by its fields, with no header line in the journal.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 from oncelog.framing.base import (
     CONTENT_TYPE_CSV,
@@ -27,10 +34,106 @@ from oncelog.framing.base import (
     map_until_error,
     snippet,
 )
+from oncelog.framing.errors import CSVColumnsError
 from oncelog.identity import Envelope
+from oncelog.labels import MAX_VALUE_LENGTH, LabelSet
 from oncelog.message import CSVRecord
 
-__all__ = ["CSVFraming"]
+if TYPE_CHECKING:
+    from oncelog.journal.spec import JournalSpec
+
+__all__ = [
+    "CSVFraming",
+    "CSV_COLUMNS_LABEL",
+    "CSVColumnsError",
+    "check_csv_columns",
+    "csv_column_labels",
+    "csv_columns",
+    "csv_record_doc",
+]
+
+CSV_COLUMNS_LABEL = "oncelog.dev/csv-columns"
+"""The spec label naming a CSV journal's columns, the UUID column first: one value per
+column, `<position>=<name>` (`0=uuid`, `1=page`, ...), the name percent-encoded (UTF-8)
+where label values do not allow its characters. Positions, not the order of the values,
+give the order: a label's values are kept sorted."""
+
+# Characters a label value allows besides ASCII letters and digits (quote() keeps those,
+# and "_.-~"; "~" is not allowed in a label value, so it is encoded too).
+_LABEL_SAFE = "+/="
+
+
+def check_csv_columns(columns: Sequence[str], *, journal: str) -> list[str]:
+    """`columns` as a list, after checking they can name a journal's columns: at least one,
+    none empty, none repeated (they key JSON objects and Arrow columns), each short enough
+    for a label value. Raises CSVColumnsError naming `journal` and the column."""
+    names = list(columns)
+    if not names:
+        raise CSVColumnsError(f"journal {journal}: a CSV header needs at least one column")
+    seen: set[str] = set()
+    for position, name in enumerate(names):
+        if name == "":
+            raise CSVColumnsError(
+                f"journal {journal}: column {position} of the CSV header {names} has no name"
+            )
+        if name in seen:
+            raise CSVColumnsError(
+                f"journal {journal}: the CSV header {names} names column {name!r} twice"
+            )
+        seen.add(name)
+        if len(_label_value(position, name).encode("utf-8")) > MAX_VALUE_LENGTH:
+            raise CSVColumnsError(
+                f"journal {journal}: CSV column name {name[:40]!r}... is too long to record "
+                f"(at most {MAX_VALUE_LENGTH} bytes in label {CSV_COLUMNS_LABEL}, encoded)"
+            )
+    return names
+
+
+def _label_value(position: int, name: str) -> str:
+    return f"{position}={quote(name, safe=_LABEL_SAFE).replace('~', '%7E')}"
+
+
+def csv_column_labels(columns: Sequence[str]) -> list[str]:
+    """The values of label `oncelog.dev/csv-columns` recording `columns` (checked first with
+    `check_csv_columns` by whoever records them)."""
+    return [_label_value(position, name) for position, name in enumerate(columns)]
+
+
+def csv_columns(spec: JournalSpec | LabelSet, journal: str | None = None) -> list[str] | None:
+    """The column names a CSV journal's spec (or its labels) records, in order, or None if
+    it records none. Raises CSVColumnsError, naming the journal, if the label is malformed
+    (a value that is not `<position>=<name>`, or positions that are not 0, 1, 2, ...)."""
+    labels = spec if isinstance(spec, LabelSet) else spec.labels
+    name = journal if journal is not None else getattr(spec, "name", "?")
+    values = labels.values(CSV_COLUMNS_LABEL)
+    if not values:
+        return None
+    found: dict[int, str] = {}
+    for value in values:
+        position, sep, encoded = value.partition("=")
+        if not sep or not position.isdigit() or int(position) in found:
+            raise CSVColumnsError(
+                f"journal {name}: label {CSV_COLUMNS_LABEL} value {value!r} is not "
+                "'<position>=<name>' with a position of its own"
+            )
+        found[int(position)] = unquote(encoded, errors="strict")
+    if sorted(found) != list(range(len(found))):
+        raise CSVColumnsError(
+            f"journal {name}: label {CSV_COLUMNS_LABEL} has positions {sorted(found)}, "
+            f"expected 0 to {len(found) - 1}"
+        )
+    return [found[i] for i in range(len(found))]
+
+
+def csv_record_doc(fields: Sequence[str], columns: Sequence[str]) -> dict[str, str]:
+    """A record's fields keyed by the journal's column names, in column order (the UUID
+    column included, under its name). A record shorter than the header has no key for
+    the columns it lacks; fields past the header's columns are kept under their position,
+    `_<n>` (n from 0, counting the UUID column), so no field is ever dropped."""
+    doc = dict(zip(columns, fields, strict=False))
+    for position in range(len(columns), len(fields)):
+        doc.setdefault(f"_{position}", fields[position])
+    return doc
 
 
 class _Echo:

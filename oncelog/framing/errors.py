@@ -23,11 +23,18 @@ __all__ = [
     "MalformedFrame",
     "DesyncDetected",
     "TruncatedFrame",
+    "CSVColumnsError",
 ]
 
 
 class FramingError(OncelogError):
     """Base of every error a framing raises about content types, messages or bytes."""
+
+
+class CSVColumnsError(FramingError, ValueError):
+    """A CSV journal's column names that cannot be recorded or read back: an empty or
+    repeated name, a name too long for a label, a malformed `oncelog.dev/csv-columns`
+    label, or a header that differs from the columns the journal has."""
 
 
 class UnknownContentType(FramingError, LookupError):

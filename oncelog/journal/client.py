@@ -20,6 +20,7 @@ from typing import Any, Callable, TypeVar, cast
 from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol, url_to_fs
 
+from oncelog._extras import needs_extra
 from oncelog.coordination import MetaStore, create_if_absent, retry_storage
 from oncelog.journal import _revisions, compaction
 from oncelog.journal.appender import Appender, AppendResult, AsyncAppend, AsyncAppendMany
@@ -114,8 +115,17 @@ class JournalClient:
         """Whether this store can create objects only-if-absent (and so accept appends)."""
         return self.store.backend.can_create
 
+    @property
+    def location(self) -> str:
+        """The store as its user named it: a local directory by its path (`/tmp/store`),
+        any other store by its URL (`s3://bucket/prefix`, `memory:///name`). Every error
+        message that names the store uses this, and so does the repr."""
+        if self.store.backend.kind == "local":
+            return self.root
+        return str(self.fs.unstrip_protocol(self.root))
+
     def __repr__(self) -> str:
-        return f"JournalClient({self.store.backend.kind}:{self.root!r})"
+        return f"JournalClient({self.location!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -139,7 +149,9 @@ class JournalClient:
             if not self._create_object(
                 self.store.spec_path(spec.name), spec.to_json(), f"create journal {spec.name!r}"
             ):
-                raise JournalExists(f"journal {spec.name!r} already exists in {self!r}")
+                raise JournalExists(
+                    f"journal {spec.name!r} already exists in store {self.location}"
+                )
             self._drop_cached(spec.name)
         return spec
 
@@ -219,7 +231,7 @@ class JournalClient:
         the journal and object) if it cannot be parsed."""
         data = self._read_spec(name)
         if data is None:
-            raise self._not_found(f"journal {name!r} does not exist in {self!r}")
+            raise self._not_found(f"journal {name!r} does not exist in store {self.location}")
         return self._parse_spec(name, data)
 
     def exists(self, name: str) -> bool:
@@ -308,7 +320,8 @@ class JournalClient:
         StorageUnavailable saying whether the outcome is known (`ambiguous`: a write that may
         have taken effect). See oncelog.coordination.retry_storage."""
         return retry_storage(
-            op, what, timeout=self._retry_timeout, where=repr(self), ambiguous=ambiguous
+            op, what, timeout=self._retry_timeout, where=f"the store {self.location}",
+            ambiguous=ambiguous,
         )
 
     def _create_object(self, path: str, data: bytes, what: str) -> bool:
@@ -316,7 +329,8 @@ class JournalClient:
         made it; an object found holding exactly `data` is this call's own (its bytes are
         unique to the attempt). See oncelog.coordination.create_if_absent."""
         return create_if_absent(
-            self.store.backend, path, data, what, timeout=self._retry_timeout, where=repr(self)
+            self.store.backend, path, data, what, timeout=self._retry_timeout,
+            where=f"the store {self.location}",
         )
 
     def delete(self, name: str) -> None:
@@ -429,7 +443,7 @@ class JournalClient:
                         "Gazette fragment store, which oncelog does not append to"
                     )
                 raise self._not_found(
-                    f"journal {name!r} does not exist in {self!r}; create it first"
+                    f"journal {name!r} does not exist in store {self.location}; create it first"
                 )
             spec = self._parse_spec(name, data)
             index = cast(
@@ -523,7 +537,7 @@ class JournalClient:
             return self._index(name, gazette=False, incarnation=spec.incarnation)
         if self._is_gazette_store(name):
             return self._index(name, gazette=True)
-        raise self._not_found(f"journal {name!r} does not exist in {self!r}")
+        raise self._not_found(f"journal {name!r} does not exist in store {self.location}")
 
     def _is_gazette_store(self, name: str) -> bool:
         """Whether `name`, which has no spec, is a Gazette broker's fragment store: fragments
@@ -749,7 +763,7 @@ class JournalClient:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise JournalError(f"{self!r} is closed")
+            raise JournalError(f"the client of store {self.location} is closed")
 
     def close(self) -> None:
         """Flush and stop every appender, then release threads. Safe to call twice."""
@@ -844,7 +858,8 @@ def open_journals(
     if protocol in ("s3", "s3a"):
         storage_options.setdefault("use_listings_cache", False)
         storage_options.setdefault("skip_instance_cache", True)
-    fs, root = url_to_fs(text, **storage_options)
+    with needs_extra("s3", f"the store {text}"):  # fsspec imports s3fs for s3:// here
+        fs, root = url_to_fs(text, **storage_options)
     client = JournalClient(
         fs, root, retry_timeout=retry_timeout, read_ahead=read_ahead, poll_interval=poll_interval
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, NoReturn, Sequence, TypeVar, cast
 
@@ -167,10 +168,14 @@ class RetryingReads:
         return cast(Staging, self) if self.inner.staging is not None else None
 
     def _retry(self, op: Callable[[], T], what: str) -> T:
+        started = time.monotonic()
+
         def give_up(exc: Exception) -> NoReturn:
+            inner = self.inner
+            where = inner.root if inner.kind == "local" else inner.fs.unstrip_protocol(inner.root)
             raise StorageUnavailable(
-                f"the {self.inner.kind} store at {self.inner.root!r}: could not {what} within "
-                f"{self.timeout} s: {exc!r}"
+                f"the store {where}: could not {what}; gave up after "
+                f"{time.monotonic() - started:.1f} s (retry timeout {self.timeout:g} s): {exc!r}"
             ) from exc
 
         return retry(op, self.timeout, give_up)

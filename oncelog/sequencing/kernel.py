@@ -38,6 +38,7 @@ __all__ = [
     "ReplayFunc",
     "SequencingKernel",
     "decide_outcome",
+    "prune_below",
 ]
 
 PUBLIC_HOME = "oncelog.sequencer"
@@ -280,7 +281,7 @@ def _validated(
     return checked, state_list, max(buffer, 1), budget
 
 
-def _prune_below(prune_horizon: timedelta | float | int) -> int:
+def prune_below(prune_horizon: timedelta | float | int) -> int:
     """How far (in clock units) below its journal's newest ACK a producer is forgotten at a
     checkpoint; -1: never."""
     horizon = _horizon_ns(prune_horizon)
@@ -726,7 +727,7 @@ class SequencingKernel:
         delivered again on resuming; with `dequeued_processed=True` it counts as
         processed instead, and a sequencer resumed from it carries on after it.
         """
-        below = _prune_below(prune_horizon)
+        below = prune_below(prune_horizon)
         states: list[ProducerState] = []
         for journal, by_producer in list(self._partials.items()):
             if below >= 0 and by_producer:

@@ -27,9 +27,9 @@ from oncelog.sequencing.kernel import (
     ProducerState,
     QueueOutcome,
     _Partial,
-    _prune_below,
     _validated,
     _warn,
+    prune_below,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def checkpoint(
 ) -> tuple[dict[str, int], list[ProducerState]]:
     """`SequencingKernel.checkpoint` of a C kernel: offsets, and states sorted by journal
     and producer."""
-    offsets, rows = kernel.checkpoint(_prune_below(prune_horizon), dequeued_processed)
+    offsets, rows = kernel.checkpoint(prune_below(prune_horizon), dequeued_processed)
     states = [ProducerState(*row) for row in rows]
     states.sort(key=lambda s: (s.journal, s.producer))
     return offsets, states

@@ -21,17 +21,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from oncelog._extras import needs_extra
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from oncelog.spark.committed import committed_dataframe
     from oncelog.spark.datasource import OncelogDataSource
 
-__all__ = ["register", "local_session", "OncelogDataSource"]
+__all__ = ["register", "local_session", "OncelogDataSource", "committed_dataframe"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the `oncelog` format with a SparkSession."""
-    from oncelog.spark.datasource import OncelogDataSource
+    """Register the `oncelog` format with a SparkSession.
+
+    Needed only where PySpark's own discovery of `pyspark_oncelog` does not run (a session
+    started before oncelog was installed, say); calling it again is harmless."""
+    with needs_extra("spark", "the Spark data source (oncelog.spark)"):
+        from oncelog.spark.datasource import OncelogDataSource
 
     spark.dataSource.register(OncelogDataSource)
 
@@ -51,7 +58,8 @@ def local_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    with needs_extra("spark", "oncelog.spark.local_session"):
+        from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -76,7 +84,13 @@ def local_session(
 
 def __getattr__(name: str) -> Any:
     if name == "OncelogDataSource":
-        from oncelog.spark.datasource import OncelogDataSource
+        with needs_extra("spark", "oncelog.spark.OncelogDataSource"):
+            from oncelog.spark.datasource import OncelogDataSource
 
         return OncelogDataSource
+    if name == "committed_dataframe":
+        with needs_extra("spark", "oncelog.spark.committed_dataframe"):
+            from oncelog.spark.committed import committed_dataframe
+
+        return committed_dataframe
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

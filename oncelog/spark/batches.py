@@ -4,7 +4,10 @@ The journal's framing decodes each chunk (so malformed frames fail exactly as th
 do for `read_uncommitted`); the columns are then built in bulk: offsets from the
 envelopes, UUID columns by `oncelog.spark.uuids`, and the message column straight
 from the chunk's bytes (document text), or parsed by pyarrow's JSON reader into a
-struct when the source has a `schema`.
+struct when the source has a `schema`. A CSV journal that records its column names
+(label `oncelog.dev/csv-columns`) is read into a struct keyed by them when the source's
+`message` is a struct: the framing's fields, as `read_committed_arrow(parse=True)` gives
+them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pyarrow.json as pajson
 from oncelog import _native
 from oncelog.errors import BadMessage
 from oncelog.framing import (
+    CONTENT_TYPE_CSV,
     CONTENT_TYPE_JSON_LINES,
     CONTENT_TYPE_PROTOBUF_FIXED,
     CSVFraming,
@@ -34,10 +38,11 @@ from oncelog.framing import (
     for_content_type,
 )
 from oncelog.framing.base import gc_paused, snippet
+from oncelog.framing.csvlines import csv_columns
 from oncelog.journal import JournalClient
 from oncelog.message import FLAGS_MASK, CSVRecord, Envelope, Flags, JSONMessage, ProtoMessage
 from oncelog.spark.options import OptionError, ReadOptions
-from oncelog.spark.schema import MessageKind, message_kind
+from oncelog.spark.schema import MessageKind, SchemaError, message_kind
 from oncelog.spark.uuids import NIL_TEXT, UUIDColumns, canonical_uuid_text, uuid_columns
 
 __all__ = [
@@ -287,7 +292,10 @@ class RangeDecoder:
         """A batch of envelopes the framing decoded from `chunk`."""
         begins = [e.begin for e in envs]
         uuids = uuid_columns(self._uuid_texts(envs), functools.partial(self._fix_uuid, envs))
-        batch = self._columns(chunk, base, begins, envs[-1].end, uuids, ids_only)
+        message = None
+        if self.kind.columns is not None and not ids_only:
+            message = self._csv_struct(envs)
+        batch = self._columns(chunk, base, begins, envs[-1].end, uuids, ids_only, message)
         if keep:
             _prime(envs, batch.producers, batch.clocks, batch.flags)
             batch.envelopes = envs
@@ -438,6 +446,65 @@ class RangeDecoder:
         if isinstance(self.framing, CSVFraming):
             text.validate(full=True)
         return pc.utf8_rtrim(text, characters=kind.trim) if kind.trim else text
+
+    def _csv_struct(self, envs: list[Envelope]) -> pa.Array:
+        """The `message` struct of CSV records keyed by the journal's recorded column names
+        (`kind.columns`): each struct field takes the record field at its column's position
+        (`_<n>` names position n past the header, as `csv_record_doc` keys it); a field a
+        record lacks, or a name no column has, is null. Strings are the fields exactly as
+        `read_committed_arrow(parse=True)` gives them; other types are cast from them (an
+        empty field is null), a field that does not cast being a BadMessage naming the
+        journal and the record's offsets."""
+        struct: pa.StructType = self.message_type
+        rows = [e.message.fields for e in envs]
+        children: list[pa.Array] = []
+        for field, position in zip(struct, self._csv_positions()):
+            if position is None:
+                children.append(pa.nulls(len(rows), field.type))
+                continue
+            values = [r[position] if position < len(r) else None for r in rows]
+            if field.type == pa.string():
+                children.append(pa.array(values, pa.string()))
+                continue
+            values = [v if v != "" else None for v in values]
+            children.append(self._cast_field(envs, values, field))
+        return pa.StructArray.from_arrays(children, fields=list(struct))
+
+    def _csv_positions(self) -> list[int | None]:
+        """For each field of the `message` struct, the position of its CSV column (None:
+        no column has its name)."""
+        columns = self.kind.columns or ()
+        index: dict[str, int] = {}
+        for at, name in enumerate(columns):
+            index.setdefault(name, at)
+        positions: list[int | None] = []
+        for field in self.message_type:
+            position: int | None = index.get(field.name)
+            digits = field.name[1:]
+            if position is None and field.name[:1] == "_" and digits.isascii() and digits.isdigit():
+                position = int(digits) if int(digits) >= len(columns) else None
+            positions.append(position)
+        return positions
+
+    def _cast_field(self, envs: list[Envelope], values: list[str | None], field: pa.Field
+                    ) -> pa.Array:
+        text = pa.array(values, pa.string())
+        try:
+            return text.cast(field.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            for env, value in zip(envs, values):
+                try:
+                    pa.array([value], pa.string()).cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as row_exc:
+                    raise BadMessage(
+                        f"journal {self.journal!r}: CSV record at offsets [{env.begin}, "
+                        f"{env.end}) does not fit option 'schema': column {field.name!r} "
+                        f"value {value!r} is not {field.type}: {row_exc}"
+                    ) from None
+            raise BadMessage(
+                f"journal {self.journal!r}: CSV column {field.name!r} does not fit option "
+                f"'schema' ({field.type}): {exc}"
+            ) from None
 
     def _parse_json(self, chunk: bytes, base: int, begins: list[int]) -> pa.Array:
         struct: pa.StructType = self.message_type
@@ -629,11 +696,26 @@ def decoder_for(
     *,
     threads: bool = False,
 ) -> RangeDecoder:
-    """A RangeDecoder of `journal` as the source's options ask (`threads`: see RangeDecoder)."""
+    """A RangeDecoder of `journal` as the source's options ask (`threads`: see RangeDecoder).
+
+    A `text/csv` journal read into a struct `message_type` (its recorded column names, or
+    option `schema`) is keyed by the names its spec records; a SchemaError naming the
+    journal if it records none."""
+    columns = None
+    if (
+        content_type.split(";", 1)[0].strip().lower() == CONTENT_TYPE_CSV
+        and pa.types.is_struct(message_type)
+    ):
+        columns = csv_columns(client.get(journal), journal)
+        if columns is None and options.schema is None:
+            raise SchemaError(
+                f"CSV journal {journal} is read as records keyed by their column names, but "
+                "it records none (label oncelog.dev/csv-columns): read it separately"
+            )
     return RangeDecoder(
         client,
         journal,
-        message_kind(content_type, options.schema),
+        message_kind(content_type, options.schema, columns, journal=journal),
         message_type,
         chunk_bytes=options.chunk_bytes,
         uuid_field=options.uuid_field,

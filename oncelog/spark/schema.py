@@ -13,13 +13,14 @@ Every row is one message with its place and identity:
 | time | timestamp | the clock's time (null for the nil UUID) |
 | flags | int | 0 outside a transaction, 1 continue, 2 acknowledge |
 | uuid_key | string | a time-sortable key (version 6 UUID) |
-| message | string, binary, struct | document text, protobuf payload, or parsed (`schema`) |
+| message | string, binary, struct | text, protobuf payload, or a struct (`schema`, CSV names) |
 
 Sorting by `(journal, commit_offset, begin)` gives `read_committed`'s order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ __all__ = [
     "METADATA_COLUMNS",
     "MessageKind",
     "SchemaError",
+    "csv_struct_ddl",
     "message_kind",
     "source_ddl",
     "source_struct",
@@ -62,21 +64,59 @@ _TEXT_CONTENT = {CONTENT_TYPE_JSON_LINES: "\n", CONTENT_TYPE_CSV: "\r\n"}
 @dataclass(frozen=True, slots=True)
 class MessageKind:
     """How frames of one content type become the `message` column: text without its line
-    end (`trim`), a protobuf payload (binary), or a JSON document parsed by `schema`."""
+    end (`trim`), a protobuf payload (binary), a JSON document parsed by `schema`
+    (`parsed`), or a CSV record keyed by its journal's recorded column names (`columns`,
+    the UUID column first: the struct's fields are those names, or `schema`'s).
+
+    Invariant: `parsed` and `columns` never both hold; `columns` only for `text/csv`."""
 
     content_type: str
     spark_type: str
     trim: str = ""
     parsed: bool = False
+    columns: tuple[str, ...] | None = None
 
 
-def message_kind(content_type: str, schema: str | None) -> MessageKind:
-    """The message column kind of a journal's content type (SchemaError if unsupported)."""
+def _ddl_name(name: str) -> str:
+    """`name` as a Spark DDL identifier: back-quoted, a back-quote in it doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def csv_struct_ddl(columns: Sequence[str]) -> str:
+    """The DDL of the `message` struct of a CSV journal recording `columns`: one string
+    field per column, the UUID column included, in the header's order."""
+    return "struct<" + ", ".join(f"{_ddl_name(name)}: string" for name in columns) + ">"
+
+
+def message_kind(
+    content_type: str,
+    schema: str | None,
+    csv_columns: Sequence[str] | None = None,
+    *,
+    journal: str = "?",
+) -> MessageKind:
+    """The message column kind of a journal's content type (SchemaError if unsupported).
+
+    `csv_columns`: the column names a `text/csv` journal records (label
+    `oncelog.dev/csv-columns`), which make its records a struct keyed by them (by
+    `schema`'s fields, if given); ignored for other content types. `journal` names the
+    journal in errors."""
     ct = content_type.split(";", 1)[0].strip().lower()
+    columns = tuple(csv_columns) if csv_columns is not None and ct == CONTENT_TYPE_CSV else None
+    if columns is not None:
+        spark_type = f"struct<{schema}>" if schema is not None else csv_struct_ddl(columns)
+        return MessageKind(ct, spark_type, _TEXT_CONTENT[ct], columns=columns)
     if schema is not None:
+        if ct == CONTENT_TYPE_CSV:
+            raise SchemaError(
+                "option 'schema' parses JSON documents, or CSV records by the column names "
+                f"their journal records, but CSV journal {journal} records none (label "
+                "oncelog.dev/csv-columns): append its data with `oncelog append --header`"
+            )
         if ct != CONTENT_TYPE_JSON_LINES:
             raise SchemaError(
-                f"option 'schema' parses JSON documents, but a journal has content type {ct!r}"
+                f"option 'schema' parses JSON documents, but journal {journal} has content "
+                f"type {ct!r}"
             )
         return MessageKind(ct, f"struct<{schema}>", "\n", parsed=True)
     if ct in _TEXT_CONTENT:

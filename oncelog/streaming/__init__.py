@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from oncelog._extras import needs_extra
 from oncelog.streaming.errors import Code, StreamingError
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ def __getattr__(name: str) -> Any:
 
         return idle_ticks
     if name in _CLIENT_NAMES:
-        from oncelog.streaming import client
+        with needs_extra("streaming", f"oncelog.streaming.{name}"):
+            from oncelog.streaming import client
 
         return getattr(client, name)
     raise AttributeError(f"module 'oncelog.streaming' has no attribute {name!r}")

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANNEL_ROLE",
+    "Anchor",
     "Heartbeat",
     "LeaseWatcher",
     "StoreView",
@@ -41,6 +42,7 @@ __all__ = [
     "idle_tick",
     "latest_term",
     "newer_terms",
+    "parse_anchor",
     "read_beat",
     "read_term",
     "take_term",
@@ -144,7 +146,8 @@ class Heartbeat:
         """Write the next beat; False if another process with our node id wrote it first.
 
         `channels`: per owned channel, its anchor and idle tick (see
-        `oncelog.streaming.node`): `{"term", "offset", "tick", "idle", "open"}`. Costs one
+        `oncelog.streaming.node` and `Anchor`): `{"term", "offset", "tick", "idle", "floor",
+        "open", "states", "pruned"}`. Costs one
         PUT, and one DELETE of the beat KEEP links back, whatever the number of channels."""
         seq = self.seq + 1
         doc: dict[str, Any] = {"node_id": self.node_id, "address": self.address,
@@ -165,6 +168,49 @@ def read_beat(client: JournalClient, node_id: str) -> dict[str, Any] | None:
         return None
     doc = orjson.loads(link.data)
     return doc if isinstance(doc, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A channel's anchor, as a beat carries it per owned channel (see
+    `oncelog.streaming.node`): the channel's time `tick` at line boundary `offset`, the
+    begins of the transactions open there that its node knows (`open`), and the read-
+    committed producer `states` there, in the form of columnar segment records' `States`
+    (`oncelog.tables.segments`): producer hex -> (last ACK clock, pending begin or -1), a
+    `Sequencer.checkpoint()`'s producer states. `states` is None in an older node's anchor,
+    which has none. Producers pruned from them had clocks below `pruned` (0: none pruned)."""
+
+    offset: int
+    tick: int
+    open: tuple[int, ...] = ()
+    states: dict[str, tuple[int, int]] | None = None
+    pruned: int = 0
+
+
+def parse_anchor(entry: Any) -> Anchor | None:
+    """The anchor of a beat's channel entry `{"term", "offset", "tick", "open", "states",
+    "pruned", ...}`, or None if it is no usable anchor: not one, or its node had to leave
+    its producer states out (`"states": null`: unknown, or too many), so that sequencing
+    from it could give a wrong answer. An entry without `states` (an older node's) is an
+    anchor without states."""
+    if not isinstance(entry, dict):
+        return None
+    try:
+        offset, tick = int(entry["offset"]), int(entry["tick"])
+        begins = tuple(int(b) for b in entry.get("open", ()))
+        states: dict[str, tuple[int, int]] | None = None
+        if "states" in entry:
+            raw = entry["states"]
+            if not isinstance(raw, dict):
+                return None
+            states = {}
+            for producer, (last, begin) in raw.items():
+                if len(bytes.fromhex(producer)) != 6:
+                    return None
+                states[producer] = (int(last), int(begin))
+        return Anchor(offset, tick, begins, states, int(entry.get("pruned", 0)))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def idle_tick(client: JournalClient, channel: str) -> tuple[int, int] | None:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 import orjson
 
+from oncelog._extras import needs_extra
 from oncelog.message import (
     ACK_TXN,
     CONTINUE_TXN,
@@ -49,6 +50,7 @@ from oncelog.message import (
     parse_uuid_fields,
 )
 from oncelog.producer_transaction import Keepalive, ProducerTransaction, TxnState
+from oncelog.sequencing.kernel import QueueOutcome, decide_outcome, prune_below
 from oncelog.streaming import meta
 from oncelog.streaming import streaming_pb2 as pb
 from oncelog.streaming import streaming_pb2_grpc as pb_grpc
@@ -77,6 +79,14 @@ CHANNEL_COMPACT_AFTER = 64
 INHERIT_SECONDS = 120.0
 """How long a new owner keeps the previous owner's open-transaction begins in its anchors
 (the client finishes such a transaction on it within its retry_timeout, 30 s)."""
+ANCHOR_MAX_PRODUCERS = 1024
+"""The most producer states an anchor carries (about 39 bytes each in the beat). Producers
+without an open transaction beyond it are pruned, least recently active first; an anchor
+whose open transactions alone exceed it carries none (`"states": null`): consumers then
+sequence from offset 0."""
+ANCHOR_PRUNE_SECONDS = 600.0
+"""Producers with no line for this long (by clock, below the channel's newest ACK) are
+pruned from anchors' states, as `Sequencer.checkpoint(prune_horizon)` prunes them."""
 
 
 @dataclass
@@ -181,6 +191,136 @@ def next_tick(prev: int, clock: int) -> int:
     return prev + 1 if clock <= prev else clock
 
 
+_BEGIN = QueueOutcome.CONTINUE_BEGIN_SPAN
+_EXTEND = QueueOutcome.CONTINUE_EXTEND_SPAN
+_SETTLES = frozenset({QueueOutcome.OUTSIDE_COMMIT, QueueOutcome.ACK_EMPTY,
+                      QueueOutcome.ACK_COMMIT_RING, QueueOutcome.ACK_ROLLBACK})
+"""Outcomes after which (once stepped through) a producer's state is [clock, clock, -1]."""
+
+
+class _ProducerStates:
+    """A channel's read-committed producer states at a line boundary, kept without a ring:
+    what `Sequencer.checkpoint()` would report there (the anchors' `states`).
+
+    `apply(producer, clock, flags, begin)`, per line in journal order, decides by the
+    Sequencer's rules (`decide_outcome`) and makes the change `SequencingKernel` makes once
+    the line is queued and what it commits stepped through: a record
+    [last ACK clock, largest pending clock, pending begin or -1] per producer, a new
+    producer starting at clock - 1, zero clocks untracked. `states()` is therefore, line
+    for line, the checkpoint of a Sequencer fed the same lines (tests compare them), in the
+    form of columnar segment records' `States`: producer hex -> (last ACK clock, begin).
+
+    Bounded: `anchor()` (once per beat) prunes producers with no open transaction whose
+    clocks are ANCHOR_PRUNE_SECONDS below the newest ACK (the Sequencer's `prune_horizon`
+    rule), then the least recently active down to ANCHOR_MAX_PRODUCERS, and `apply` does so
+    too past four times that. So memory is ANCHOR_MAX_PRODUCERS records plus the producers
+    first seen since the last prune plus the transactions open in the channel (never
+    pruned: their begins are what a late starter replays). `pruned` is above every pruned
+    producer's clocks: a line of a producer not in the table whose clock is below it may be
+    a copy of a pruned producer's message, which the table cannot decide; the tracker then
+    gives up (`table` None: anchors carry no states and late starters read from offset 0;
+    the next owner counts from offset 0 again) rather than report a wrong state.
+    """
+
+    __slots__ = ("table", "pruned")
+
+    def __init__(self, states: dict[str, tuple[int, int]] | None = None,
+                 pruned: int = 0) -> None:
+        self.table: dict[bytes, list[int]] | None = {
+            bytes.fromhex(p): [last, last, begin] for p, (last, begin) in (states or {}).items()
+        }
+        self.pruned = pruned
+
+    def copy(self) -> _ProducerStates:
+        out = _ProducerStates(pruned=self.pruned)
+        out.table = None if self.table is None else {p: list(r) for p, r in self.table.items()}
+        return out
+
+    def apply(self, producer: bytes, clock: int, flags: int, begin: int) -> None:
+        """The line at `begin` of `producer` with `clock` and `flags` was read next."""
+        table = self.table
+        if table is None or not clock:
+            return
+        rec = table.get(producer)
+        if rec is None:
+            if clock < self.pruned:
+                log.warning("producer %s: clock %d below the pruned states' %d at offset %d: "
+                            "anchors carry no producer states from here", producer.hex(),
+                            clock, self.pruned, begin)
+                self.table = None
+                return
+            rec = table[producer] = [clock - 1, clock - 1, -1]
+            if len(table) > 4 * ANCHOR_MAX_PRODUCERS:
+                self.prune()
+        outcome = decide_outcome(rec[0], rec[1], rec[2] != -1, clock, flags)
+        if outcome is _BEGIN:
+            rec[1], rec[2] = clock, begin
+        elif outcome is _EXTEND:
+            rec[1] = clock
+        elif outcome in _SETTLES:
+            rec[0] = rec[1] = clock
+            rec[2] = -1
+
+    def states(self) -> dict[str, tuple[int, int]] | None:
+        """Producer hex -> (last ACK clock, pending begin or -1); None if given up."""
+        if self.table is None:
+            return None
+        return {p.hex(): (r[0], r[2]) for p, r in sorted(self.table.items())}
+
+    def prune(self) -> None:
+        """Forget producers with no open transaction: those ANCHOR_PRUNE_SECONDS of clock
+        below the newest ACK, then the least recently active beyond ANCHOR_MAX_PRODUCERS;
+        `pruned` rises above their clocks."""
+        table = self.table
+        if not table:
+            return
+        below = prune_below(ANCHOR_PRUNE_SECONDS)
+        bound = max(r[0] for r in table.values()) - below
+        idle = sorted((r[1], p) for p, r in table.items() if r[2] == -1)
+        excess = len(table) - ANCHOR_MAX_PRODUCERS
+        for k, (high, p) in enumerate(idle):
+            if high >= bound and k >= excess:
+                break
+            del table[p]
+            self.pruned = max(self.pruned, high + 1)
+
+    def anchor(self) -> tuple[dict[str, tuple[int, int]], int] | None:
+        """(states, pruned) to carry in an anchor, pruned first; None if they are unknown
+        or too many (more open transactions than ANCHOR_MAX_PRODUCERS)."""
+        self.prune()
+        states = self.states()
+        if states is None or len(states) > ANCHOR_MAX_PRODUCERS:
+            return None
+        return states, self.pruned
+
+
+def _line_ids(line: bytes) -> tuple[bytes, int, int] | None:
+    """(producer, clock, flags) of a JSON line the node wrote (its `uuid` first), or None
+    if it has none (the reader gives such a line a nil UUID: not sequenced)."""
+    try:
+        if line.startswith(b'{"uuid":"') and line[45:46] == b'"':
+            text = line[9:45].decode("ascii")
+        else:
+            doc = orjson.loads(line)
+            value = doc.get("uuid") if isinstance(doc, dict) else None
+            if not isinstance(value, str):
+                return None
+            text = value
+        producer, clock, flags = parse_uuid_fields(text)
+    except ValueError:  # orjson.JSONDecodeError and bad UUIDs alike
+        return None
+    return producer, clock, int(flags)
+
+
+class _Unanchored(Exception):
+    """A consumer from an anchor met a line it cannot sequence from the anchor's states:
+    one of a producer pruned from them (see `_ProducerStates`), at `offset`."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
 class _TickedLines:
     """Raw envelopes of a channel (from its first offset, in journal order) passed through
     while counting their ticks: `tick` and `begin` are those of the last line pulled.
@@ -190,10 +330,11 @@ class _TickedLines:
     OUTSIDE_TXN message itself, or the ACK of a transaction (its messages share the ACK's
     tick)."""
 
-    __slots__ = ("tick", "begin", "end", "_anchor", "_on_position")
+    __slots__ = ("tick", "begin", "end", "_anchor", "_on_position", "_known", "_pruned")
 
     def __init__(self, anchor: int = 0, tick: int = 0,
-                 on_position: Callable[[int], None] | None = None) -> None:
+                 on_position: Callable[[int], None] | None = None,
+                 known: set[bytes] | None = None, pruned: int = 0) -> None:
         # Lines before `anchor` (read only for the transactions open there) do not count:
         # `tick` is the channel's tick at `anchor` (an anchor, see StreamingNode).
         self.tick = tick
@@ -201,14 +342,24 @@ class _TickedLines:
         self.end = anchor
         self._anchor = anchor
         self._on_position = on_position
+        # Sequencing from an anchor's producer states pruned below clock `pruned`: the
+        # producers known so far (`_Unanchored` for an unknown one's line below it).
+        self._known = known
+        self._pruned = pruned
 
     def over(self, batches: Iterator[list[Any]]) -> Iterator[Any]:
         """The envelopes of `batches`, counting ticks; after each batch (once the sequencer
-        yielded everything its lines committed), `on_position(end of its last line)`."""
+        yielded everything its lines committed), `on_position(end of its last line)`.
+        Raises `_Unanchored` before passing on a line the anchor's states cannot decide."""
+        known, pruned = self._known, self._pruned
         for batch in batches:
             for env in batch:
                 if env.begin >= self._anchor:
-                    clock = env.ids[1]
+                    producer, clock, _ = env.ids
+                    if known is not None and producer not in known:
+                        if 0 < clock < pruned:
+                            raise _Unanchored(env.begin)
+                        known.add(producer)
                     prev = self.tick
                     self.tick = prev + 1 if clock <= prev else clock
                 self.begin = env.begin
@@ -226,22 +377,26 @@ class _ChannelTicks:
     queue's appends in order once durable, reading from the store any lines between them
     that other writers put there (a rollback ACK, a broadcast, a fenced zombie, or the
     channel's whole history the first time), so its ticks are those every reader computes.
-    Invariant: `tick` is the tick of the last line ending at `offset`."""
+    The same lines, in the same order, advance `states`, the Sequencer's producer states.
+    Invariant: `tick` is the tick of the last line ending at `offset`, and `states` are the
+    producer states there (see `_ProducerStates`)."""
 
     def __init__(self, client: JournalClient, name: str) -> None:
         self.client = client
         self.name = name
         self.offset = 0
         self.tick = 0
-        self._queue: deque[tuple[Any, list[int]]] = deque()
+        self.states = _ProducerStates()
+        self._queue: deque[tuple[Any, list[int], bytes]] = deque()
         self._queue_lock = threading.Lock()  # never held while waiting
         self._lock = threading.Lock()  # held while advancing
         self._done: dict[Any, list[int]] = {}
 
-    def wrote(self, aa: Any, clocks: list[int]) -> None:
-        """Register append `aa` (its lines' clocks in order). Caller holds the write lock."""
+    def wrote(self, aa: Any, clocks: list[int], data: bytes) -> None:
+        """Register append `aa` (its lines' clocks in order, and its bytes, whose lines'
+        UUIDs advance `states` once it is counted). Caller holds the write lock."""
         with self._queue_lock:
-            self._queue.append((aa, clocks))
+            self._queue.append((aa, clocks, data))
 
     def of(self, aa: Any) -> list[int]:
         """The ticks of `aa`'s lines (registered, durable): [] if they cannot be known (the
@@ -252,7 +407,7 @@ class _ChannelTicks:
                     with self._queue_lock:
                         if not self._queue:
                             return []
-                        front, clocks = self._queue[0]
+                        front, clocks, data = self._queue[0]
                     try:
                         res = front.result()
                     except Exception:  # noqa: BLE001 - not in the journal as ours: skip it
@@ -269,6 +424,7 @@ class _ChannelTicks:
                         tick = tick + 1 if clock <= tick else clock
                         ticks.append(tick)
                     if res.begin == self.offset:
+                        self._apply(res.begin, data)
                         self.tick, self.offset = tick, res.end
                     self._done[front] = ticks
             except Exception as exc:  # noqa: BLE001 - the gap read failed: ticks unknown
@@ -276,11 +432,12 @@ class _ChannelTicks:
                 return []
             return self._done.pop(aa)
 
-    def seed(self, offset: int, tick: int) -> None:
-        """Start from an anchor (the channel's tick `tick` at line boundary `offset`, from
-        the previous owner's beat) instead of offset 0. Before any append is registered."""
+    def seed(self, offset: int, tick: int, states: _ProducerStates) -> None:
+        """Start from an anchor (the channel's tick `tick` and producer `states` at line
+        boundary `offset`, from the previous owner's beat) instead of offset 0. Before any
+        append is registered."""
         with self._lock:
-            self.offset, self.tick = offset, tick
+            self.offset, self.tick, self.states = offset, tick, states
 
     def catch_up(self, end: int) -> bool:
         """Count the lines up to `end` (the head) if no append of ours is pending; True if
@@ -312,19 +469,45 @@ class _ChannelTicks:
         with self._lock:
             return self.offset, self.tick
 
+    def anchor_with_states(
+        self,
+    ) -> tuple[int, int, tuple[dict[str, tuple[int, int]], int] | None]:
+        """A consistent (offset, tick at offset, (producer states, pruned) at offset or None
+        if they are unknown or too many: see `_ProducerStates.anchor`)."""
+        with self._lock:
+            return self.offset, self.tick, self.states.anchor()
+
+    def _apply(self, begin: int, data: bytes) -> None:
+        """Advance `states` over the lines of `data`, appended at `begin`."""
+        states = self.states
+        if states.table is None:
+            return
+        pos, size = 0, len(data)
+        while pos < size:
+            nl = data.find(b"\n", pos)
+            end = size if nl < 0 else nl + 1
+            ids = _line_ids(data[pos:end])
+            if ids is not None:
+                states.apply(ids[0], ids[1], ids[2], begin + pos)
+            pos = end
+
     def _read_gap(self, end: int) -> None:
         from oncelog.reading import read_uncommitted
 
         tick = self.tick
+        states = self.states.copy()  # kept only if the whole gap was read
         for env in read_uncommitted(self.client, self.name, self.offset, end=end,
                                     on_error="skip"):
-            tick = next_tick(tick, env.ids[1])
-        self.tick, self.offset = tick, end
+            producer, clock, flags = env.ids
+            tick = next_tick(tick, clock)
+            states.apply(producer, clock, int(flags), env.begin)
+        self.tick, self.offset, self.states = tick, end, states
 
 
 def read_ticked(
     client: JournalClient, name: str, start: int, on_open: Callable[[Any], None] | None = None,
     *, origin: tuple[int, int, int] = (0, 0, 0),
+    states: dict[str, tuple[int, int]] | None = None, pruned: int = 0,
     on_position: Callable[[int], None] | None = None,
 ) -> Generator[tuple[Any, int], None, None]:
     """Read-committed envelopes of channel `name` (ACKs included) that are committed at or
@@ -340,24 +523,61 @@ def read_ticked(
     The price: a consumer starting mid-channel reads the channel's history first.
 
     `origin` = (lo, anchor, tick) starts from an anchor instead (see StreamingNode): the
-    channel's tick at line boundary `anchor` <= `start` is `tick`, and every transaction
-    open at `anchor` began at or after `lo` <= `anchor`. Sequencing then starts at `lo`,
-    so those transactions are delivered when they commit after `start`, and only the
-    history from `lo` is read. `on_position(end)`: every line before `end` was pulled and
-    everything it committed yielded (called from the generator, in order)."""
+    channel's tick at line boundary `anchor` <= `start` is `tick`.
+
+    - With the anchor's producer `states` (a Sequencer checkpoint's, by producer hex:
+      (last ACK clock, pending begin); `lo` must be `anchor`), the Sequencer is restored
+      from them at `anchor`: copies of messages acknowledged before it are dropped as from
+      offset 0, and a transaction open there is replayed from its begin when it commits.
+      States `pruned` below a clock (see `_ProducerStates`) cannot decide a line of an
+      unknown producer below that clock: from that line on, the channel is sequenced from
+      offset 0 again, delivering only what lines at or after it commit (everything before
+      was decided alike by both).
+    - Without (an older node's anchor), every transaction open at `anchor` began at or
+      after `lo` <= `anchor`: sequencing starts at `lo` with no producer state, so those
+      transactions are delivered when they commit after `start`; copies of messages from
+      before `lo` are not recognised.
+
+    `on_position(end)`: every line before `end` was pulled and everything it committed
+    yielded (called from the generator, in order)."""
+    from oncelog.sequencer import ProducerState, Sequencer
+
+    lo, anchor, tick = origin
+    if states is None:
+        yield from _sequenced(client, name, start, on_open, Sequencer(offsets={name: lo}),
+                              _TickedLines(anchor, tick, on_position))
+        return
+    seq = Sequencer(offsets={name: anchor}, states=[
+        ProducerState(name, bytes.fromhex(p), last, begin) for p, (last, begin) in states.items()
+    ])
+    known = {bytes.fromhex(p) for p in states} if pruned else None
+    try:
+        yield from _sequenced(client, name, start, on_open, seq,
+                              _TickedLines(anchor, tick, on_position, known, pruned))
+        return
+    except _Unanchored as exc:
+        log.info("channel %r: a line at offset %d may copy a producer pruned from the "
+                 "anchor's states (clocks below %d): sequencing from offset 0",
+                 name, exc.offset, pruned)
+        resume = exc.offset
+    yield from _sequenced(client, name, max(start, resume), on_open,
+                          Sequencer(offsets={name: 0}), _TickedLines(0, 0, on_position))
+
+
+def _sequenced(
+    client: JournalClient, name: str, start: int, on_open: Callable[[Any], None] | None,
+    seq: Any, lines: _TickedLines,
+) -> Generator[tuple[Any, int], None, None]:
+    """`read_ticked` from `seq`'s offset of `name`, counting ticks with `lines`."""
     from oncelog.reading import read_uncommitted, read_uncommitted_batches
-    from oncelog.sequencer import Sequencer
 
     def replay(journal: str, begin: int, end: int) -> Iterator[Any]:
         return read_uncommitted(client, journal, begin, end=end, on_error="skip", exact=True)
 
-    lo, anchor, tick = origin
-    lines = _TickedLines(anchor, tick, on_position)
-    batches = read_uncommitted_batches(client, name, lo, block=True, on_error="skip",
-                                       on_open=on_open)
+    batches = read_uncommitted_batches(client, name, seq.offsets[name], block=True,
+                                       on_error="skip", on_open=on_open)
     try:
-        for env in Sequencer(offsets={name: lo}).sequence(lines.over(batches), replay,
-                                                          acks=True):
+        for env in seq.sequence(lines.over(batches), replay, acks=True):
             if lines.begin >= start:
                 yield env, lines.tick
     finally:
@@ -390,12 +610,8 @@ class NodeMetrics:
     whose outcome was unknown or refused."""
 
     def __init__(self, registry: Any = None, namespace: str = "oncelog") -> None:
-        try:
+        with needs_extra("metrics", "NodeMetrics"):
             import prometheus_client as prom
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "NodeMetrics needs prometheus_client: pip install 'oncelog[metrics]'"
-            ) from exc
         kw: dict[str, Any] = {"namespace": namespace}
         if registry is not None:
             kw["registry"] = registry
@@ -775,9 +991,10 @@ class _ProducerStream:
                             msg, str(build_uuid(self.own_producer, clock, OUTSIDE_TXN))))
                     item.sizes = [len(line) for line in lines]
                 chunks.extend(lines)
-            aa.write(b"".join(chunks))
+            data = b"".join(chunks)
+            aa.write(data)
             self.channel.ticks.wrote(
-                aa, lead_clocks + [c for item, _, _ in parts for c in item.clocks])
+                aa, lead_clocks + [c for item, _, _ in parts for c in item.clocks], data)
         except BaseException:
             self.channel.floor = self.channel.floor or (lead_clocks[0] if lead_clocks else 0)
             aa.abort()
@@ -899,8 +1116,9 @@ class _ProducerStream:
                     parts.append(encode_message(msg, text))
                 data = b"".join(parts)
                 sizes = [len(p) for p in parts]
-            aa.write(lead + data)
-            self.channel.ticks.wrote(aa, lead_clocks + clocks)
+            data = lead + data
+            aa.write(data)
+            self.channel.ticks.wrote(aa, lead_clocks + clocks, data)
         except BaseException:
             self.channel.floor = self.channel.floor or (lead_clocks[0] if lead_clocks else 0)
             aa.abort()
@@ -1358,9 +1576,11 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
     def _continue_from(self, channel: _Channel, previous: meta.TermRecord | None) -> None:
         """Continue the channel's ticks from its previous owner's newest beat (taken after
         our term, so that owner publishes no later idle tick a consumer would accept, see
-        Consume): its anchor seeds our counting (we read only the lines after it, not the
-        channel from offset 0), its idle tick becomes our floor, its open transactions'
-        begins our anchors' for INHERIT_SECONDS. Without a beat: offset 0, as before."""
+        Consume): its anchor seeds our counting of ticks and producer states (we read only
+        the lines after it, not the channel from offset 0), its idle tick becomes our
+        floor, its open transactions' begins our anchors' for INHERIT_SECONDS. Without a
+        beat, or with an anchor without producer states (an older node's, or one that had
+        to leave them out), we count from offset 0, once: our anchors then carry states."""
         if previous is None:
             return
         try:
@@ -1372,7 +1592,13 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             entry = ((beat or {}).get("channels") or {}).get(channel.name)
             if not isinstance(entry, dict) or int(entry.get("term", 0)) >= channel.term:
                 return
-            channel.ticks.seed(int(entry["offset"]), int(entry["tick"]))
+            anchor = meta.parse_anchor(entry)
+            if anchor is not None and anchor.states is not None:
+                channel.ticks.seed(anchor.offset, anchor.tick,
+                                   _ProducerStates(anchor.states, anchor.pruned))
+            else:
+                log.info("channel %r: the previous owner's anchor has no producer states: "
+                         "counting from offset 0", channel.name)
             channel.floor = max(int(entry.get("idle", 0)), int(entry.get("floor", 0)))
             channel.idle = channel.floor
             channel.inherited = [int(b) for b in entry.get("open", ())]
@@ -1514,31 +1740,41 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
         return channel.idle_offset, channel.idle
 
     def _anchors(self) -> dict[str, dict[str, Any]]:
-        """What the beat carries per owned channel: the anchor {term, offset, tick, open}
-        (the channel's tick at line boundary `offset`, and the begins of the transactions
-        open there) and `idle`, the idle tick valid at `offset` (0: none), and `floor`, an
-        idle tick no line carries yet (the next owner starts above it)."""
+        """What the beat carries per owned channel: the anchor {term, offset, tick, open,
+        states, pruned} (the channel's tick at line boundary `offset`, the begins of the
+        transactions open there, and the producer states there, see `meta.Anchor`) and
+        `idle`, the idle tick valid at `offset` (0: none), and `floor`, an idle tick no line
+        carries yet (the next owner starts above it).
+
+        A beat's size is bounded: per channel, at most ANCHOR_MAX_PRODUCERS states (about
+        39 bytes each) or `"states": null` (consumers then read from offset 0)."""
         with self._lock:
             owned = [c for c in self._owned.values() if c.fenced is None]
         out: dict[str, dict[str, Any]] = {}
         for c in owned:
-            offset, tick = c.ticks.anchor()
+            offset, tick, snap = c.ticks.anchor_with_states()
+            states, pruned = snap if snap is not None else (None, 0)
             out[c.name] = {
                 "term": c.term, "offset": offset, "tick": tick,
                 "idle": c.idle if c.idle_offset == offset else 0,
                 "floor": c.floor, "open": c.open_begins(offset),
+                "states": None if states is None else {p: list(v) for p, v in states.items()},
+                "pruned": pruned,
             }
         return out
 
-    def channel_anchor(self, name: str) -> tuple[int, int, list[int]] | None:
-        """The newest anchor of `name` (offset, tick, open begins): this node's own if it
-        owns the channel, else its owner's newest beat's (one LIST and GET for the term,
-        one LIST and GET for the beat); None if there is none."""
+    def channel_anchor(self, name: str) -> meta.Anchor | None:
+        """The newest anchor of `name`: this node's own if it owns the channel, else its
+        owner's newest beat's (one LIST and GET for the term, one LIST and GET for the
+        beat); None if there is none, or if it has no producer states where it should
+        (`meta.parse_anchor`)."""
         with self._lock:
             channel = self._owned.get(name)
         if channel is not None and channel.fenced is None:
-            offset, tick = channel.ticks.anchor()
-            return offset, tick, channel.open_begins(offset)
+            offset, tick, snap = channel.ticks.anchor_with_states()
+            if snap is None:
+                return None
+            return meta.Anchor(offset, tick, tuple(channel.open_begins(offset)), *snap)
         record = meta.latest_term(self.client, name)
         if record is None:
             return None
@@ -1547,10 +1783,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             if record is None:
                 return None
         beat = meta.read_beat(self.client, record.node_id)
-        entry = ((beat or {}).get("channels") or {}).get(name)
-        if not isinstance(entry, dict):
-            return None
-        return int(entry["offset"]), int(entry["tick"]), [int(b) for b in entry.get("open", ())]
+        return meta.parse_anchor(((beat or {}).get("channels") or {}).get(name))
 
     def _scan(self) -> None:
         """One listing of every term record and beat (meta.StoreView). Fence owned channels
@@ -1832,7 +2065,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
 
         name = request.channel.name
         try:
-            start, keep, origin = self._consume_plan(request)
+            start, keep, origin, anchor = self._consume_plan(request)
         except StreamingError as exc:
             yield pb.ConsumeResponse(error=_err(exc.code, exc.cause))
             return
@@ -1867,6 +2100,8 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
 
         def read() -> None:
             it = read_ticked(self.client, name, start, opened, origin=origin,
+                             states=None if anchor is None else anchor.states,
+                             pruned=0 if anchor is None else anchor.pruned,
                              on_position=lambda end: put(("pos", None, end)))
             try:
                 for env, clock in it:
@@ -1945,10 +2180,14 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
 
     def _consume_plan(
         self, request: pb.ConsumeRequest
-    ) -> tuple[int, Callable[[int, dict[str, Any]], bool], tuple[int, int, int]]:
+    ) -> tuple[int, Callable[[int, dict[str, Any]], bool], tuple[int, int, int],
+               meta.Anchor | None]:
         """Where the consumer starts, its filter, and where it sequences from (`read_ticked`'s
-        origin): the newest anchor at or before its start (a fresh consumer of `latest`,
-        `start_from`, `start_after`), else offset 0 (`all`, a resumed consumer, no anchor)."""
+        origin, and the anchor whose producer states it restores, if any): the newest anchor
+        at or before its start (a fresh consumer of `latest`, `start_from`, `start_after`),
+        else offset 0 (`all`, a resumed consumer, no anchor). From an anchor with producer
+        states it sequences from the anchor's offset; from an older node's (none), from the
+        earliest begin of the transactions open there."""
         name = request.channel.name
         try:
             exists = self.client.exists(name)
@@ -1958,7 +2197,7 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
             raise StreamingError(Code.CHANNEL_NOT_EXIST, f"channel {name!r} does not exist")
         policy = request.deliver_policy
         kind = policy.WhichOneof("policy") or "all"
-        anchor: tuple[int, int, list[int]] | None = None
+        anchor: meta.Anchor | None = None
         if kind != "all" and not request.skip:
             try:
                 anchor = self.channel_anchor(name)  # before the head: at or before it
@@ -1997,11 +2236,12 @@ class StreamingNode(pb_grpc.StreamingNodeServiceServicer):
                 return False
             return not vchannels or doc.get("vchannel") in vchannels
 
-        origin = (0, 0, 0)
-        if anchor is not None and 0 < anchor[0] <= start:
-            offset, tick, begins = anchor
-            origin = (min([offset, *begins]), offset, tick)
-        return start, keep, origin
+        if anchor is None or not 0 < anchor.offset <= start:
+            return start, keep, (0, 0, 0), None
+        if anchor.states is not None:
+            return start, keep, (anchor.offset, anchor.offset, anchor.tick), anchor
+        begins = [anchor.offset, *anchor.open]
+        return start, keep, (min(begins), anchor.offset, anchor.tick), None
 
     def Broadcast(self, request: pb.BroadcastRequest, context: Any) -> Any:
         from oncelog.message import JSONMessage

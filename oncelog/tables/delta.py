@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from oncelog._extras import needs_extra
 from oncelog.tables.errors import ExportError
 
 if TYPE_CHECKING:
@@ -59,8 +60,9 @@ def app_id_of(prefix: str, journal: str, incarnation: str) -> str:
 
 def _snapshot(table_uri: str, storage_options: Mapping[str, str] | None) -> Any:
     """The table's latest snapshot (a DeltaTable), or None if there is no table yet."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
+    with needs_extra("delta", "export_delta"):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
     try:
         return DeltaTable(table_uri, storage_options=dict(storage_options or {}))
@@ -87,8 +89,9 @@ def _ensure_table(
     """Create the table, empty, if there is none: Delta checks a commit's application
     transactions against the commits since its snapshot, and a commit that creates the
     table has none, so data is only ever appended to an existing table."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import CommitFailedError, TableNotFoundError
+    with needs_extra("delta", "export_delta"):
+        from deltalake import DeltaTable
+        from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
     options = dict(storage_options or {})
     try:
@@ -104,7 +107,8 @@ def rows_between(client: JournalClient, journal: str, since: int, stop: int,
                  parse: bool = True) -> pa.Table:
     """The committed rows of `journal` whose commit offset is in [since, stop), in
     `read_committed` order (the journal's columns and, `parse`, its documents' fields)."""
-    import pyarrow.compute as pc
+    with needs_extra("delta", "export_delta"):
+        import pyarrow.compute as pc
 
     from oncelog.arrow import read_committed_arrow
 
@@ -123,8 +127,9 @@ def _export_journal(
     parse: bool,
     result: ExportResult,
 ) -> None:
-    from deltalake import CommitProperties, Transaction, write_deltalake
-    from deltalake.exceptions import CommitFailedError
+    with needs_extra("delta", "export_delta"):
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import CommitFailedError
 
     for attempt in range(_ATTEMPTS):
         # The snapshot the progress is read from is the one the commit is made against:

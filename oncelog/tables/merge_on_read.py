@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from oncelog._extras import needs_extra
 from oncelog.tables.errors import SegmentError, SegmentWarning
 from oncelog.tables.segments import (
     SegmentRecord,
@@ -127,7 +128,8 @@ def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],
     """The documents of every part as one table of columns (types unified across parts: a
     field new in a later part is null before it), or None if some part's documents cannot
     be read as columns exactly."""
-    import pyarrow as pa
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow as pa
 
     tables: list[pa.Table] = []
     for part in parts:
@@ -166,7 +168,8 @@ def committed_table(
     """`read_committed_arrow(client, journal, end=end, parse=parse, columns=columns)` read
     through the journal's segments, or None if it has none a reader could use. With
     `columns` and `parse`, segments decode only the columns asked for."""
-    import pyarrow as pa
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow as pa
 
     spec = client.get(journal)
     declared = declared_schema(spec) if parse else None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from oncelog._extras import needs_extra
+
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
 
@@ -26,8 +28,9 @@ def dataset(
     Journals follow one another in the order given; document columns are unified across
     them (a field one journal lacks is null there). `parse=False`: the documents' text in a
     `message` column instead. `columns`: only these (sealed history decodes only them)."""
-    import pyarrow as pa
-    import pyarrow.dataset as pads
+    with needs_extra("arrow", "oncelog.tables.dataset"):
+        import pyarrow as pa
+        import pyarrow.dataset as pads
 
     from oncelog.arrow import read_committed_arrow
 

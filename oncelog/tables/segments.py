@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import crc32c
 import orjson
 
+from oncelog._extras import needs_extra
 from oncelog.coordination import MetaStore, new_token
 from oncelog.tables.errors import SegmentError
 
@@ -244,8 +245,9 @@ def read_segment(client: JournalClient, rec: SegmentRecord, *, skip_text: bool =
     naming the segment if it is missing, damaged or unreadable. `skip_text`: without the
     `message` column (the documents' text; their fields are in `doc`); `skip`: without
     these columns either (Parquet decodes only what is read)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    with needs_extra("arrow", "columnar segments (oncelog.tables)"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
     data = _meta(client).read(file_path(rec.journal, rec.file))
     if data is None:
@@ -274,7 +276,8 @@ def read_segment(client: JournalClient, rec: SegmentRecord, *, skip_text: bool =
 
 def text_decoder(client: JournalClient, journal: str, content_type: str) -> RangeDecoder:
     """The decoder `read_committed_arrow` reads a journal's frames with (message as text)."""
-    import pyarrow as pa
+    with needs_extra("arrow", "columnar segments (oncelog.tables)"):
+        import pyarrow as pa
 
     from oncelog.spark.batches import decoder_for
     from oncelog.spark.options import ReadOptions
@@ -319,8 +322,9 @@ def read_range(
 
 def in_commit_order(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     """The batches as one table sorted by (commit_offset, begin) (`read_committed`'s order)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    with needs_extra("arrow", "columnar segments (oncelog.tables)"):
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
     if not batches:
         return schema.empty_table()
@@ -341,7 +345,8 @@ def in_commit_order(batches: Sequence[pa.RecordBatch], schema: pa.Schema) -> pa.
 def declared_schema(spec: JournalSpec) -> pa.Schema | None:
     """The Arrow schema the journal's `ARROW_SCHEMA_LABEL` declares for its documents, if
     any; ValueError naming the journal, the label and the value if it cannot be parsed."""
-    import pyarrow as pa
+    with needs_extra("arrow", "columnar segments (oncelog.tables)"):
+        import pyarrow as pa
 
     values = spec.labels.values(ARROW_SCHEMA_LABEL)
     if not values:
@@ -364,9 +369,10 @@ def parse_documents(messages: pa.ChunkedArray | pa.Array, schema: pa.Schema | No
     out), typed by `schema` where it names the field, inferred elsewhere;
     None if they cannot be read that way exactly (a value of another type, a non-object).
     `strict`: Arrow's error is raised instead, and the result is never None."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pajson
+    with needs_extra("arrow", "columnar segments (oncelog.tables)"):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pajson
 
     if len(messages) == 0:
         return None
@@ -450,8 +456,9 @@ def _seal_one(
     doc_schema: pa.Schema | None,
     incarnation: str,
 ) -> SegmentRecord:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    with needs_extra("arrow", "columnar segments (oncelog.tables)"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
     seen: set[str] = set()
     batches, final = read_range(decoder, begin, end, states, seen)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Iterable, Sequence, cast
+import functools
+from typing import Any, Callable, Iterable, Sequence, TypeVar, cast
 
 from fsspec import AbstractFileSystem
 
+from oncelog._extras import needs_extra
+from oncelog.journal._retry import is_connection_refused, tag_endpoint
 from oncelog.journal.backends._base import MIN_S3FS_VERSION, ObjectInfo, version_tuple
 from oncelog.journal.backends.generic import GenericBackend, mtime_of
 from oncelog.journal.errors import StoreNotFound
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class S3Backend(GenericBackend):
@@ -23,9 +28,22 @@ class S3Backend(GenericBackend):
 
     def __init__(self, fs: AbstractFileSystem, root: str) -> None:
         super().__init__(fs, root)
-        import s3fs
+        with needs_extra("s3", f"the S3 store {root}"):
+            import s3fs
 
         self._s3fs_version = getattr(s3fs, "__version__", "0")
+        _fail_fast_when_refused(fs)
+
+    @property
+    def endpoint(self) -> str:
+        """The S3 endpoint the store's requests go to (named by its errors and warnings)."""
+        client = getattr(self.fs, "_s3", None)
+        url = getattr(getattr(client, "meta", None), "endpoint_url", None)
+        if not url:
+            url = getattr(self.fs, "endpoint_url", None) or (
+                getattr(self.fs, "client_kwargs", None) or {}
+            ).get("endpoint_url")
+        return str(url or "https://s3.amazonaws.com")
 
     @property
     def can_create(self) -> bool:
@@ -184,6 +202,48 @@ class S3Backend(GenericBackend):
                 self.fs.call_s3(
                     "delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True}
                 )
+
+
+def _naming_endpoint(method: F) -> F:
+    """`method` of S3Backend, tagging what it raises with the store's endpoint (see
+    oncelog.journal._retry.tag_endpoint)."""
+
+    @functools.wraps(method)
+    def call(self: S3Backend, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            tag_endpoint(exc, self.endpoint)
+            raise
+
+    return cast(F, call)
+
+
+for _name in (
+    "read", "read_range", "read_many", "write", "create", "exists", "list_dir",
+    "list_names_after", "walk", "delete", "move", "missing_store",
+):
+    setattr(S3Backend, _name, _naming_endpoint(getattr(S3Backend, _name)))
+
+
+def _refuse_retry(caught_exception: BaseException | None = None, **_: Any) -> None:
+    """botocore `needs-retry` hook: a refused connection is raised at once, not retried
+    by botocore (4 more attempts with backoff: about 9 s per call) below oncelog's own
+    bounded loop, which gives refusals a budget of their own (oncelog.journal._retry)."""
+    if caught_exception is not None and is_connection_refused(caught_exception):
+        raise caught_exception
+
+
+def _fail_fast_when_refused(fs: AbstractFileSystem) -> None:
+    """Install `_refuse_retry` on the filesystem's botocore client (made now if it was not:
+    no request is sent). Filesystems without one (test doubles) are left as they are."""
+    try:
+        client = fs.connect() if getattr(fs, "_s3", None) is None else fs._s3
+        client.meta.events.register_first(
+            "needs-retry.s3", _refuse_retry, unique_id="oncelog-refused-no-retry"
+        )
+    except (AttributeError, TypeError):
+        pass
 
 
 def _no_such_bucket(exc: BaseException) -> bool:
