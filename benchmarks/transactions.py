@@ -9,8 +9,11 @@ test server (`--s3`), durable `Publisher.transaction()` commits of M messages ea
   one-time record per journal);
 - `append_messages` of the same batch to 3 journals (one call).
 
-Prints commits per second and the ratio to the baseline; the best of `--repeat`
-interleaved rounds is kept.
+Prints commits per second and the ratio to the baseline (the best of `--repeat`
+interleaved rounds is kept), and fragments written per commit (all journals of the
+variant; the last round's). A one-journal commit whose messages are still spooled at commit
+writes its ACK in the same fragment as them: 1 fragment per commit (2 before). The
+one-journal rows also run with one message per commit (the smallest transaction).
 
 Run: .venv/bin/python benchmarks/transactions.py [--commits N] [--repeat R] [--quick] [--s3]
 """
@@ -78,27 +81,39 @@ def main(argv: list[str] | None = None) -> None:
         names = [f"bench/part-{i}" for i in range(3)]
         for name in [*names, "bench/one"]:
             client.create(JournalSpec(name, {"content-type": NDJSON}))
-        variants: dict[str, Callable[[], float]] = {
-            "1 journal (baseline)": lambda: run(
-                client, ["bench/one"], commits, args.messages, None
+        one = ["bench/one"]
+        variants: dict[str, tuple[list[str], Callable[[], float]]] = {
+            "1 journal (baseline)": (
+                one, lambda: run(client, one, commits, args.messages, None)
             ),
-            "3 journals": lambda: run(client, names, commits, args.messages, None),
-            "3 journals, transactional_id": lambda: run(
-                client, names, commits, args.messages, "bench-svc"
+            "1 journal, 1 message": (one, lambda: run(client, one, commits, 1, None)),
+            "3 journals": (names, lambda: run(client, names, commits, args.messages, None)),
+            "3 journals, transactional_id": (
+                names, lambda: run(client, names, commits, args.messages, "bench-svc")
             ),
-            "3 journals, append_messages": lambda: run_batch(
-                client, names, commits, args.messages
+            "3 journals, append_messages": (
+                names, lambda: run_batch(client, names, commits, args.messages)
             ),
         }
+
+        def fragment_count(journals: list[str]) -> int:
+            return sum(len(client.fragments(name)) for name in journals)
+
         best = {k: 0.0 for k in variants}
+        per_commit = {k: 0.0 for k in variants}
         for _ in range(repeat):
-            for label, fn in variants.items():
+            for label, (journals, fn) in variants.items():
+                before = fragment_count(journals)
                 best[label] = max(best[label], fn())
+                per_commit[label] = (fragment_count(journals) - before) / commits
         base = best["1 journal (baseline)"]
         where = "S3 test server" if args.s3 else "local disk"
         print(f"durable transactions of {args.messages} messages, {commits} commits, {where}")
         for label, rate in best.items():
-            print(f"  {label:32s} {rate:8.1f} commits/s   {rate / base:5.2f}x")
+            print(
+                f"  {label:32s} {rate:8.1f} commits/s   {rate / base:5.2f}x   "
+                f"{per_commit[label]:5.2f} fragments/commit"
+            )
         client.close()
     finally:
         if tmp is not None:

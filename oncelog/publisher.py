@@ -24,6 +24,7 @@ from oncelog.framing.base import EncodeError
 from oncelog.framing.base import registered as _framings
 from oncelog.framing.jsonlines import JSONFraming
 from oncelog.intents import AckIntent, start_intents
+from oncelog.journal.errors import AppendFailed
 from oncelog.mapping import PartitionSpec, content_type_of
 from oncelog.message import (
     Clock,
@@ -90,6 +91,12 @@ class _Template:
     first_clock: int
 
 
+def _not_made(exc: BaseException) -> bool:
+    """Whether a failed append certainly was not made (`AppendFailed.made` is False); an
+    unknown outcome, or any other error, may have been made."""
+    return isinstance(exc, AppendFailed) and exc.made is False
+
+
 def _fixed_route(route: tuple[str, str]) -> Mapping:
     """A mapping sending every message to one journal."""
     return lambda _msg: route
@@ -106,7 +113,9 @@ class Publisher:
     ACK intents durably (`oncelog.transactions`) before appending the first ACK, so a crash
     leaves either nothing committed or a record that `oncelog txns recover` (or, with a
     `transactional_id`, the next instance with that id) rolls forward in every journal.
-    A transaction over one journal stays one ACK append.
+    A transaction over one journal commits with its ACK in the same append as its messages
+    when they are still spooled (one fragment, one claim), the ACK never durable unless they
+    all are (`_commit_fused`).
 
     With `transactional_id`, instances of one service take over from each other: a new
     instance finishes the last commit of the one before (rolls it forward), rolls back
@@ -550,8 +559,10 @@ class Publisher:
     ) -> Iterator["Publisher"]:
         """Publish uncommitted inside the block; commit on exit, roll back on exception.
 
-        Commit waits for the transaction's messages, then commits them in every journal
-        written, atomically (see the class docstring). `keepalive`: a transaction that
+        Commit makes the transaction's messages durable and commits them in every journal
+        written, atomically (see the class docstring): over one journal the ACK is enqueued
+        behind the messages and written with them; over several, after them. A failed
+        commit raises AppendFailed when nothing was committed. `keepalive`: a transaction that
         publishes nothing for that long is rolled back by itself; publishing in it, or
         leaving the block, then raises `TransactionExpired`.
 
@@ -580,7 +591,7 @@ class Publisher:
         try:
             try:
                 yield self
-                self.flush()
+                held = self._flush_for_commit()
             except BaseException:
                 with self._txn_lock:
                     self._stop_keepalive()
@@ -591,7 +602,7 @@ class Publisher:
                 self._stop_keepalive()
                 if self._expired is not None:
                     raise TransactionExpired(self._expired)
-                self._commit()
+                self._commit(held)
         finally:
             self._stop_keepalive()
             self._in_transaction = False
@@ -629,8 +640,32 @@ class Publisher:
         if self._broken is not None:
             raise TransactionError(self._broken)
 
-    def _commit(self) -> None:
-        """Commit the open transaction (caller holds _txn_lock, messages are durable)."""
+    def _flush_for_commit(self) -> list["AsyncAppend"] | None:
+        """Before a commit: wait until what this publisher appended is durable (raising the
+        first failure: the transaction is then rolled back), except, when the commit can be
+        fused (one journal written, no transactional id), the appends to that journal. Those
+        are returned, still in flight: the commit's ACK is enqueued behind them on the same
+        appender and waited for with them (`_commit_fused`). None: everything was waited for.
+        """
+        if self._log is not None or len(self._pending) != 1:
+            self.flush()
+            return None
+        (journal,) = self._pending
+        with self._lock:
+            outstanding = list(self._outstanding)
+            self._outstanding.clear()
+        held = []
+        for append in outstanding:
+            if append.journal == journal:
+                held.append(append)
+            else:
+                append.result()  # another journal: durable before the commit, as before
+        return held
+
+    def _commit(self, held: list["AsyncAppend"] | None = None) -> None:
+        """Commit the open transaction (caller holds _txn_lock). The messages are durable,
+        unless `held` lists the appends of the one journal written still in flight (from
+        `_flush_for_commit`): the ACK then joins them (`_commit_fused`)."""
         from oncelog.transactions import (
             TransactionRecord,
             append_intents,
@@ -641,6 +676,11 @@ class Publisher:
 
         journals = sorted(self._pending)
         intents = self.build_ack_intents()
+        if held is not None and self._log is None and len(intents) == 1:
+            self._commit_fused(intents[0], held)
+            return
+        for append in held or ():
+            append.result()
         if self._log is not None:
             self._write_record("commit", intents)  # FencedOut: no ACK is appended
             self._finish(intents, append_intents, "the next instance with its id")
@@ -671,6 +711,98 @@ class Publisher:
         except Exception as exc:  # noqa: BLE001 - committed; the record is only left over
             log.warning("%r: retiring transaction record %s failed: %s", self, record.path, exc)
             self._rotate_producer()
+
+    def _commit_fused(self, intent: AckIntent, held: list["AsyncAppend"]) -> None:
+        """Commit a transaction over one journal with its ACK in the same append as its
+        messages, when they are still spooled (the common case): one fragment, one claim,
+        one fsync for the lot. Messages already forced out (a transaction larger than a
+        fragment, an explicit flush) are in earlier fragments; the ACK is then enqueued
+        behind them and written after them, as a separate append.
+
+        Invariant: the ACK is never durable unless every message before it is, at lower
+        offsets. The ACK is enqueued on the appender of the journal behind `held` (this
+        publisher's appends there, the transaction's messages among them), and the appender
+        fails, unwritten, every append started before a batch's failure is recorded
+        (`oncelog.journal.appender`). So, holding the ACK's write lock, a message that
+        already failed is seen failed here (and the ACK is dropped), and one that fails
+        later fails the ACK's batch too (or shares its fragment, and its fate).
+
+        The outcome reported is the true one. Committed: returns. Not committed (a message
+        or the ACK was not made, or the ACK was queued behind a failed message): raises
+        AppendFailed saying nothing was committed. The ACK's fragment written with an
+        unknown outcome (its claim may exist): raises TransactionError saying so. Either
+        way the publisher continues under a new producer ID, so that no later ACK of this
+        one commits messages of the failed transaction that did become durable."""
+        journal = intent.journal
+        where = f"{self!r}: the commit in journal {journal!r}"
+        try:
+            ack = self.client.start_append(journal)
+        except BaseException as exc:
+            self._rotate_producer()
+            raise AppendFailed(
+                f"{where} was not made: its ACK could not be started ({exc}); "
+                "nothing was committed",
+                made=False,
+            ) from exc
+        try:
+            for append in held:
+                if append.done():
+                    append.result(0)  # a message that failed: raises it
+            ack.write(intent.intent)
+        except BaseException as exc:
+            ack.abort()
+            self._rotate_producer()
+            raise AppendFailed(
+                f"{where} was not made: a message of the transaction could not be "
+                f"appended ({exc}); its ACK was not appended: nothing was committed",
+                made=False,
+            ) from exc
+        ack.release()
+        message_error: BaseException | None = None
+        ack_error: BaseException | None = None
+        try:
+            for append in held:
+                try:
+                    append.result()
+                except AppendFailed as exc:
+                    message_error = message_error or exc
+            try:
+                ack.result()
+            except AppendFailed as exc:
+                ack_error = exc
+        except BaseException:
+            # Interrupted while waiting (KeyboardInterrupt, ...): the outcome is unknown.
+            self._rotate_producer()
+            raise
+        if ack_error is None and message_error is None:
+            return
+        self._rotate_producer()
+        if ack_error is None:
+            # Not possible on one appender (see above): say what is durable.
+            raise TransactionError(
+                f"{where}: its ACK is durable but a message before it failed "
+                f"({message_error}); the transaction is committed without that message"
+            ) from message_error
+        if message_error is not None and message_error is not ack_error:
+            # The ACK was queued behind the failed message's batch: never written.
+            raise AppendFailed(
+                f"{where} was not made: a message of the transaction could not be "
+                f"appended ({message_error}); the ACK queued behind it was not written: "
+                "nothing was committed",
+                made=False,
+            ) from message_error
+        # The ACK's own fragment failed (holding the messages too, if message_error).
+        if _not_made(ack_error):
+            raise AppendFailed(
+                f"{where} was not made: the fragment holding its ACK could not be "
+                f"written ({ack_error}): nothing was committed",
+                made=False,
+            ) from ack_error
+        raise TransactionError(
+            f"{where} has an unknown outcome: the fragment holding its ACK"
+            f"{' and messages' if message_error is not None else ''} may or may not have "
+            f"been claimed ({ack_error}); read the journal to know"
+        ) from ack_error
 
     def _finish(self, intents: list[AckIntent], append: Any, who: str) -> None:
         """Append the ACKs of a recorded commit; on failure the commit stays durable in its

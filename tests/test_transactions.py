@@ -451,7 +451,7 @@ def test_cli_txns_list_and_recover(local_store: StoreTarget) -> None:
     assert docs[0]["journals"] == names
     done = runner.invoke(cli, ["--store", local_store.url, "txns", "recover", "--yes"])
     assert done.exit_code == 0, done.output
-    assert "1 pending commit(s) rolled forward" in done.output
+    assert "1 pending commit rolled forward" in done.output
     for name in names:
         assert [d["n"] for d in committed_docs(client, name)] == [1]
     assert append_intents(client, []) == []

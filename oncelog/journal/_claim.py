@@ -83,7 +83,8 @@ def retry_append(
             else "the append was not made"
         )
         raise AppendFailed(
-            f"journal {journal!r}: could not {what} within {timeout} s; {outcome}: {exc!r}"
+            f"journal {journal!r}: could not {what} within {timeout} s; {outcome}: {exc!r}",
+            made=None if ambiguous else False,
         ) from exc
 
     return retry(op, timeout, give_up)

@@ -165,7 +165,8 @@ class Persister:
                 raise AppendFailed(
                     f"journal {self.journal!r}: could not claim an offset for {size} bytes "
                     f"within {self.retry_timeout} s ({self.races_lost} races lost so far, "
-                    f"head now {self.index.head}); the append was not made"
+                    f"head now {self.index.head}); the append was not made",
+                    made=False,
                 )
             placed = sealed.at(self.index.head)
             fragment = placed.fragment

@@ -11,7 +11,13 @@ the writer is free (flush_interval 0), after flush_interval, or when someone wai
 `start_append_many` spools many records under one hold of the lock, a run of whole records
 per batch with one copy, and gives each record the offsets single appends would have had.
 One writer thread per appender takes sealed batches in order and persists them; a failed
-batch fails every batch sealed after it, so a failed append is never followed by a durable one.
+batch fails every batch queued behind it (sealed, or open when the failure is recorded, with
+an append in progress or not), unwritten, so an append started before a failure was recorded
+is never durable after the failed one. (Appends started after it are independent: they go to
+a fresh batch.) A caller that enqueues an append which must not outlive earlier ones (a
+transaction's ACK behind its messages, `oncelog.publisher`) relies on this: once it holds the
+write lock, either an earlier append's failure is already visible (`done()` and `result()`
+raising) or its own batch is failed with it.
 
 Locks and what they guard (Appender):
 - `_write_lock`: held by an AsyncAppend from start to release (and by start_append_many
@@ -25,7 +31,9 @@ Locks and what they guard (Appender):
   `_state` (the writer thread only tries it without blocking, outside `_state`). The
   persister runs holding neither; the claims index's locks are leaves taken inside its calls.
 - A batch's `base`, `error` and `event` are written by the writer thread before `event` is
-  set, and read by waiters after it is set.
+  set, and read by waiters after it is set. A failure's errors and events are set inside the
+  `_state` section that records it (`_fail`), so that whoever takes the write lock after it
+  sees them.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ class AppendResult:
 class _Batch:
     """Bytes of the appends that will share one fragment."""
 
-    __slots__ = ("buf", "used", "created", "event", "base", "error", "sealed")
+    __slots__ = ("buf", "used", "created", "event", "base", "error", "sealed", "doom")
 
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -76,6 +84,9 @@ class _Batch:
         self.base = 0
         self.error: BaseException | None = None
         self.sealed = False
+        # Set (under `_state`) when an earlier batch failed while this one was open with an
+        # append in progress: the writer fails it with this error instead of writing it.
+        self.doom: AppendFailed | None = None
 
 
 # AsyncAppend._end doubles as its state: these negative values until it is released.
@@ -148,7 +159,7 @@ class AsyncAppend:
                 f"result() of an append to journal {self.journal!r} before release()"
             )
         if self._end == _ABORTED:
-            raise AppendFailed(f"the append to journal {self.journal!r} was aborted")
+            raise AppendFailed(f"the append to journal {self.journal!r} was aborted", made=False)
         batch = self._batch
         if not batch.event.is_set():
             self._appender._request_flush()
@@ -354,6 +365,8 @@ class Appender:
                 with self._state:
                     if batch.used:
                         self._seal_locked()
+                    elif batch.doom is not None:
+                        self._open = _Batch()  # nothing released into it: drop it
                     self._seal_requested = False
                     self._update_room_locked()
                     if self._sealed_bytes < self._limit:
@@ -411,6 +424,20 @@ class Appender:
                         f"{exc}: of {count} records, the first {first} were appended, the "
                         "rest were not"
                     ) from exc
+                left = runs[-1][0] if runs else None
+                if left is not None and (left.doom is not None or left.error is not None):
+                    # The run before failed: the records after it must not be durable
+                    # either (appends of one call are in order, like appends in a row).
+                    with self._state:
+                        batch.doom = AppendFailed(
+                            f"append_many to journal {self.journal!r}: records from "
+                            f"{first} on were not made: an earlier run of the same call "
+                            "failed",
+                            made=False,
+                        )
+                        batch.doom.__cause__ = left.doom or left.error
+                        self._seal_requested = True
+                        self._update_room_locked()
                 at = len(batch.buf)
                 room = self._room
             # Records starting before the room runs out go in; the last may cross it, as a
@@ -469,17 +496,21 @@ class Appender:
 
     def flush(self, timeout: float | None = None) -> None:
         """Write everything released so far and wait until it is durable; raises the error
-        of a failed batch."""
+        of the first batch that failed among those (the ones queued behind it fail with
+        it, unwritten: the first one's error says what happened)."""
         with self._write_lock, self._state:
             if self._open.used:
                 self._seal_locked()
-            last = self._sealed[-1] if self._sealed else self._inflight
+            pending = list(self._sealed)
+            if self._inflight is not None:
+                pending.insert(0, self._inflight)
             self._wake_locked()
-        if last is not None:
-            if not last.event.wait(timeout):
+        if pending:
+            if not pending[-1].event.wait(timeout):
                 raise TimeoutError(f"flush of journal {self.journal!r} timed out")
-            if last.error is not None:
-                raise last.error
+            for batch in pending:
+                if batch.error is not None:
+                    raise batch.error
 
     def close(self) -> None:
         """Flush, then stop the writer thread."""
@@ -553,6 +584,8 @@ class Appender:
                         with self._state:
                             if self._open.used:
                                 self._seal_locked()
+                            elif self._open.doom is not None:
+                                self._open = _Batch()  # nothing released into it: drop it
                             self._seal_requested = False
                             self._update_room_locked()
                     finally:
@@ -570,7 +603,11 @@ class Appender:
                 batch = self._sealed.popleft()
                 self._inflight = batch
             try:
-                self._write(batch)
+                if batch.doom is not None:  # queued behind a failed batch: never written
+                    batch.error = batch.doom
+                    batch.event.set()
+                else:
+                    self._write(batch)
             except BaseException as exc:  # noqa: BLE001 - every failure must reach the callers
                 self._fail(batch, exc)
             finally:
@@ -581,6 +618,17 @@ class Appender:
                     self._state.notify_all()
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
+        """Fail `batch` with `exc` (as AppendFailed) and, unwritten, every batch queued behind
+        it: the sealed ones, and the open one if anything was released or is being appended
+        into it. Invariant: an append started before this failure is recorded is never made
+        durable after it; one started after it goes to a fresh batch and is independent.
+
+        The batches behind get an error of their own saying they were not made (they never
+        reached the store), whatever the failed batch's outcome; its error is their cause
+        (and is not quoted in their text, which states one outcome only). Errors and events are set
+        inside the `_state` section recording the failure: a thread that takes the write lock
+        afterwards sees the earlier appends failed (their `done()` and `result()`), and one
+        that held it before has its batch failed here."""
         if isinstance(exc, AppendFailed):
             error = exc
         else:
@@ -588,16 +636,45 @@ class Appender:
                 f"append of {len(batch.buf)} bytes to journal {self.journal!r} failed: {exc!r}"
             )
             error.__cause__ = exc
-        # Later batches fail too, so a failed append is never followed by a durable one.
-        with self._state:
-            failed = [batch, *self._sealed]
-            self._sealed.clear()
-            for b in failed[1:]:
-                self._sealed_bytes -= len(b.buf)
-            self._update_room_locked()
-        for b in failed:
-            b.error = error
-            b.event.set()
+        journal = self.journal
+
+        def behind(b: _Batch) -> AppendFailed:
+            cascaded = AppendFailed(
+                f"append of {len(b.buf)} bytes to journal {journal!r} was not made: it was "
+                f"queued behind a batch of {len(batch.buf)} bytes that failed (the cause)",
+                made=False,
+            )
+            cascaded.__cause__ = error
+            return cascaded
+
+        # Without blocking (the lock order is _write_lock, then _state): taken, nobody is
+        # appending and the open batch can be failed at once; held by an append in progress,
+        # the open batch is doomed, and that append's release hands it over to be failed.
+        writing = not self._write_lock.acquire(blocking=False)
+        try:
+            with self._state:
+                failed = [(batch, error)]
+                for b in self._sealed:
+                    self._sealed_bytes -= len(b.buf)
+                    failed.append((b, behind(b)))
+                self._sealed.clear()
+                open_batch = self._open
+                if writing:
+                    open_batch.doom = behind(open_batch)
+                    self._seal_requested = True
+                elif open_batch.used:
+                    failed.append((open_batch, behind(open_batch)))
+                    self._open = _Batch()
+                    self._flush_requested = False
+                self._update_room_locked()
+                for b, e in failed:
+                    b.sealed = True
+                    b.error = e
+                    b.event.set()
+                self._state.notify_all()
+        finally:
+            if not writing:
+                self._write_lock.release()
 
     def _write(self, batch: _Batch) -> None:
         """Persist a sealed batch (writer thread, holding no lock) and wake its waiters."""

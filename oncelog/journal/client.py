@@ -435,7 +435,7 @@ class JournalClient:
             try:
                 data = self._read_spec(name)
             except StorageUnavailable as exc:
-                raise AppendFailed(f"{exc}; the append was not made") from exc
+                raise AppendFailed(f"{exc}; the append was not made", made=False) from exc
             if data is None:
                 if self.store.list_fragments(name, postfixes=True):
                     raise AppendNotSupported(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from oncelog.errors import OncelogError
 
 __all__ = [
@@ -75,7 +77,24 @@ class AppendNotSupported(JournalError):
 
 
 class AppendFailed(JournalError):
-    """A fragment could not be written or claimed; the append did not happen."""
+    """A fragment could not be written or claimed.
+
+    `made` states the append's outcome where it is known: False when it certainly was not
+    made (nothing of it can appear in the journal), None when it may have been (a claim
+    whose reply was lost, an unexpected failure). The message says the same in words;
+    callers deciding on the outcome (a commit reporting what it committed) use `made`.
+    """
+
+    def __init__(self, message: str, *, made: bool | None = None) -> None:
+        super().__init__(message)
+        self.made = made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _append_failed, (str(self), self.made)
+
+
+def _append_failed(message: str, made: bool | None) -> AppendFailed:
+    return AppendFailed(message, made=made)
 
 
 class OffsetNotAvailable(JournalError):
