@@ -11,6 +11,7 @@ from oncelog.cli import (  # noqa: F401  (register them)
     journals,
     read,
     serve,
+    status,
     txns,
 )
 from oncelog.cli.app import cli, main
