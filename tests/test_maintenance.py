@@ -317,6 +317,34 @@ def test_claim_whose_temp_file_a_gc_removed_is_written_again(
     client.close()
 
 
+def test_fragment_whose_staged_file_a_gc_removed_is_written_again(
+    local_store: StoreTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gc with a grace shorter than a writer's stage-to-rename time removes the staged
+    file of its fragment (seen under load with gc(grace=0)): the fragment is written again
+    from the bytes in memory, and the append succeeds."""
+    import os
+
+    from oncelog.journal.backends import local
+
+    client = local_store.open()
+    name = new_journal(client)
+    real_replace = os.replace
+    removed: list[str] = []
+
+    def replace(src: str, dst: str) -> None:
+        if os.path.basename(src).startswith(".tmp-") and dst.endswith(".raw") and not removed:
+            os.unlink(src)  # as `gc(grace=0)` in another process would
+            removed.append(src)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(local.os, "replace", replace)
+    result = client.append(name, msg(1))
+    assert removed and result.begin == 0
+    assert read_all(local_store.open(), name) == (0, msg(1))
+    client.close()
+
+
 def test_idle_writer_of_the_same_bytes_as_a_retired_append_is_not_lost(
     store_url: StoreTarget,
 ) -> None:

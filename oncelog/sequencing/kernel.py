@@ -38,7 +38,6 @@ __all__ = [
     "ReplayFunc",
     "SequencingKernel",
     "decide_outcome",
-    "prune_below",
 ]
 
 PUBLIC_HOME = "oncelog.sequencer"
