@@ -2541,6 +2541,304 @@ done:
     return result;
 }
 
+/* --------------------------------------------------------------------------------------
+ * committed_columns: read-committed over a chunk of JSON lines, with no object per line
+ * (oncelog.sequencing.columnar states it in Python, and says when it applies). */
+
+/* A producer's record in the table passed in and out (32 bytes, native order). */
+typedef struct {
+    unsigned char producer[8]; /* PRODUCER_ID_LEN bytes, then zeros */
+    uint64_t min, max;          /* last acknowledged clock, largest pending clock */
+    int64_t begin;              /* offset of the pending transaction's first frame, or -1 */
+} ColProducer;
+
+/* A pending frame carried to the next chunk (40 bytes, native order). */
+typedef struct {
+    int64_t begin, end, start; /* journal offsets; where its bytes start in the carry data */
+    uint64_t clock;
+    int32_t producer; /* index in the table */
+    int32_t flags;
+} ColFrame;
+
+/* The UUID bytes of a JSON line read as decode_json_lazy reads it without parsing (the
+ * same two shapes, the same checks: keep them identical); 0 if it would be parsed. */
+static int
+lazy_line_uuid(const char *l, Py_ssize_t len, const char *key, Py_ssize_t fn,
+               unsigned char b[16])
+{
+    Py_ssize_t n = fn + 5;
+    Py_ssize_t k = len - 41 - (fn + 2);
+    if (k >= 1 && l[0] == '{' && l[len - 2] == '}' && l[len - 3] == '"' && l[len - 40] == '"' &&
+        l[len - 41] == ':' && (l[k - 1] == ',' || l[k - 1] == '{') &&
+        memcmp(l + k, key, (size_t)fn + 2) == 0 &&
+        uuid_text_bytes((const unsigned char *)l + len - 39, b))
+        return 1;
+    return !(len < n + 37 || l[0] != '{' || memcmp(l + 1, key, (size_t)fn + 2) != 0 ||
+             l[fn + 3] != ':' || l[fn + 4] != '"' || l[n + 36] != '"' ||
+             !uuid_text_bytes((const unsigned char *)l + n, b) ||
+             contains(l + n + 37, len - n - 37, key, fn + 2) || has_u_escape(l, len));
+}
+
+/* clock and flags of UUID bytes, as ids_of_bytes computes them. */
+static void
+uuid_clock_flags(const unsigned char b[16], uint64_t *clock, int32_t *flags)
+{
+    unsigned long long hi = ((unsigned long long)(((b[6] << 8) | b[7]) & TIME_HI_MASK));
+    unsigned long long mid = ((unsigned long long)b[4] << 8) | b[5];
+    unsigned long long low = ((unsigned long long)b[0] << 24) | ((unsigned long long)b[1] << 16) |
+                             ((unsigned long long)b[2] << 8) | b[3];
+    unsigned int seq = ((unsigned int)b[CLOCK_SEQ_BYTE] << 8) | b[CLOCK_SEQ_BYTE + 1];
+    *clock = (((hi << 48) | (mid << 32) | low) << 4) |
+             ((seq >> SEQ_COUNTER_SHIFT) & SEQ_COUNTER_MASK);
+    *flags = (int32_t)(seq & FLAGS_MASK);
+}
+
+static inline uint64_t
+producer_key(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < PRODUCER_ID_LEN; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* committed_columns(data, base, uuid_field, table, carry_data, carry_frames, acks, max_carry):
+ * see oncelog.sequencing.columnar.committed_columns, which this is, result for result. */
+static PyObject *
+speedups_committed_columns(PyObject *module, PyObject *args)
+{
+    Py_buffer buf, tab, cdata, cfr;
+    long long base;
+    PyObject *uuid_field;
+    int acks;
+    Py_ssize_t max_carry;
+    if (!PyArg_ParseTuple(args, "y*LUy*y*y*pn:committed_columns", &buf, &base, &uuid_field,
+                          &tab, &cdata, &cfr, &acks, &max_carry))
+        return NULL;
+    PyObject *result = NULL;
+    PyObject *out[10] = {NULL};
+    char *key = NULL;
+    int32_t *nxt = NULL, *head = NULL, *tail = NULL, *emit = NULL, *slots = NULL;
+    unsigned char *pend = NULL;
+    ColProducer *prods = NULL;
+    ColFrame *frames = NULL; /* the carried frames, then the chunk's lines */
+    if (tab.len % (Py_ssize_t)sizeof(ColProducer) || cfr.len % (Py_ssize_t)sizeof(ColFrame)) {
+        PyErr_SetString(PyExc_ValueError, "committed_columns(): malformed table or carry");
+        goto done;
+    }
+    Py_ssize_t fn;
+    const char *field = PyUnicode_AsUTF8AndSize(uuid_field, &fn);
+    if (field == NULL)
+        goto done;
+    const char *data = buf.buf;
+    Py_ssize_t len = buf.len;
+    if (len == 0 || data[len - 1] != '\n')
+        goto none;
+    Py_ssize_t nlines = 0;
+    for (const char *q = data; q < data + len; nlines++)
+        q = (const char *)memchr(q, '\n', (size_t)(data + len - q)) + 1;
+    Py_ssize_t ntab = tab.len / (Py_ssize_t)sizeof(ColProducer);
+    Py_ssize_t m = cfr.len / (Py_ssize_t)sizeof(ColFrame), total = m + nlines;
+    Py_ssize_t cap = ntab + nlines, nslots = 16;
+    while (nslots < 2 * cap)
+        nslots <<= 1;
+    key = PyMem_Malloc((size_t)fn + 2);
+    prods = PyMem_Malloc((size_t)cap * sizeof(ColProducer));
+    frames = PyMem_Malloc((size_t)total * sizeof(ColFrame) + 1);
+    nxt = PyMem_Malloc((size_t)total * sizeof(int32_t) + 1);
+    emit = PyMem_Malloc((size_t)total * sizeof(int32_t) + 1);
+    pend = PyMem_Calloc((size_t)total + 1, 1);
+    head = PyMem_Malloc((size_t)cap * sizeof(int32_t) + 1);
+    tail = PyMem_Malloc((size_t)cap * sizeof(int32_t) + 1);
+    slots = PyMem_Malloc((size_t)nslots * sizeof(int32_t));
+    if (!key || !prods || !frames || !nxt || !emit || !pend || !head || !tail || !slots) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    key[0] = '"';
+    memcpy(key + 1, field, (size_t)fn);
+    key[fn + 1] = '"';
+    memcpy(prods, tab.buf, (size_t)tab.len);
+    memcpy(frames, cfr.buf, (size_t)cfr.len);
+    memset(slots, 0xff, (size_t)nslots * sizeof(int32_t));
+    for (Py_ssize_t i = 0; i < cap; i++)
+        head[i] = tail[i] = -1;
+    Py_ssize_t nprod = ntab;
+    for (Py_ssize_t i = 0; i < ntab; i++) {
+        size_t s = (size_t)(producer_key(prods[i].producer) * 0x9E3779B97F4A7C15ull >> 20);
+        while (slots[s & (nslots - 1)] != -1)
+            s++;
+        slots[s & (nslots - 1)] = (int32_t)i;
+    }
+    /* The carried frames are pending, in journal order, each in its producer's list. */
+    for (Py_ssize_t j = 0; j < m; j++) {
+        int32_t p = frames[j].producer;
+        if (p < 0 || p >= ntab || frames[j].start < 0 ||
+            frames[j].start + (frames[j].end - frames[j].begin) > cdata.len) {
+            PyErr_SetString(PyExc_ValueError, "committed_columns(): malformed carry");
+            goto done;
+        }
+        nxt[j] = -1;
+        pend[j] = 1;
+        if (tail[p] == -1)
+            head[p] = (int32_t)j;
+        else
+            nxt[tail[p]] = (int32_t)j;
+        tail[p] = (int32_t)j;
+    }
+    Py_ssize_t nemit = 0, pos = 0;
+    for (Py_ssize_t g = m; g < total; g++) {
+        const char *l = data + pos;
+        Py_ssize_t stop = (const char *)memchr(l, '\n', (size_t)(len - pos)) - data + 1;
+        unsigned char b[16];
+        if (!lazy_line_uuid(l, stop - pos, key, fn, b))
+            goto none; /* parsed by lazy reading */
+        ColFrame *fr = &frames[g];
+        fr->begin = base + pos;
+        fr->end = base + stop;
+        fr->start = pos;
+        uuid_clock_flags(b, &fr->clock, &fr->flags);
+        pos = stop;
+        uint64_t c = fr->clock;
+        if (c < 2 || fr->flags > 2)
+            goto none; /* nil or zero clocks, unexpected flags: the kernel's own cases */
+        uint64_t v = producer_key(b + PRODUCER_BYTE);
+        size_t s = (size_t)(v * 0x9E3779B97F4A7C15ull >> 20);
+        int32_t p;
+        for (;; s++) {
+            p = slots[s & (nslots - 1)];
+            if (p == -1 || producer_key(prods[p].producer) == v)
+                break;
+        }
+        if (p == -1) { /* new to the journal: as the kernel's decide() makes it */
+            p = (int32_t)nprod++;
+            slots[s & (nslots - 1)] = p;
+            memset(prods[p].producer, 0, 8);
+            memcpy(prods[p].producer, b + PRODUCER_BYTE, PRODUCER_ID_LEN);
+            prods[p].min = prods[p].max = c - 1;
+            prods[p].begin = -1;
+        }
+        fr->producer = p;
+        nxt[g] = -1;
+        ColProducer *pr = &prods[p];
+        if (fr->flags == 1) { /* CONTINUE_TXN */
+            if (c <= pr->max)
+                continue; /* already acknowledged, or the open transaction holds it */
+            if (pr->begin == -1)
+                pr->begin = fr->begin;
+            pend[g] = 1;
+            if (tail[p] == -1)
+                head[p] = (int32_t)g;
+            else
+                nxt[tail[p]] = (int32_t)g;
+            tail[p] = (int32_t)g;
+            pr->max = c;
+        }
+        else if (fr->flags == 2) { /* ACK_TXN */
+            if (c < pr->min)
+                goto none; /* the kernel warns and falls back to at-least-once */
+            int delivered_c = 0;
+            for (int32_t h = head[p]; h != -1; h = nxt[h]) {
+                pend[h] = 0;
+                if (c > pr->min && frames[h].clock <= c) {
+                    emit[nemit++] = h;
+                    delivered_c = frames[h].clock == c;
+                }
+            }
+            if (c > pr->min && acks && !delivered_c)
+                emit[nemit++] = (int32_t)g;
+            head[p] = tail[p] = -1;
+            pr->min = pr->max = c;
+            pr->begin = -1;
+        }
+        else { /* OUTSIDE_TXN */
+            if (c <= pr->min)
+                continue;
+            if (pr->begin != -1)
+                goto none; /* the kernel warns, and rolls back the open transaction */
+            emit[nemit++] = (int32_t)g;
+            pr->min = pr->max = c;
+        }
+    }
+    /* The frames still pending are carried over, in journal order. */
+    Py_ssize_t ncarry = 0, carry_bytes = 0, out_bytes = 0;
+    for (Py_ssize_t g = 0; g < total; g++)
+        if (pend[g]) {
+            ncarry++;
+            carry_bytes += frames[g].end - frames[g].begin;
+        }
+    if (carry_bytes > max_carry)
+        goto none;
+    for (Py_ssize_t i = 0; i < nemit; i++)
+        out_bytes += frames[emit[i]].end - frames[emit[i]].begin;
+    char *od, *ost, *obe, *oen, *opr, *ocl, *ofl, *otab, *ocd, *ocf;
+    if ((out[0] = new_bytes(out_bytes, &od)) == NULL ||
+        (out[1] = new_bytes((nemit + 1) * 8, &ost)) == NULL ||
+        (out[2] = new_bytes(nemit * 8, &obe)) == NULL ||
+        (out[3] = new_bytes(nemit * 8, &oen)) == NULL ||
+        (out[4] = new_bytes(nemit * PRODUCER_ID_LEN, &opr)) == NULL ||
+        (out[5] = new_bytes(nemit * 8, &ocl)) == NULL ||
+        (out[6] = new_bytes(nemit * 4, &ofl)) == NULL ||
+        (out[7] = new_bytes(nprod * (Py_ssize_t)sizeof(ColProducer), &otab)) == NULL ||
+        (out[8] = new_bytes(carry_bytes, &ocd)) == NULL ||
+        (out[9] = new_bytes(ncarry * (Py_ssize_t)sizeof(ColFrame), &ocf)) == NULL)
+        goto done;
+    int64_t at = 0;
+    const char *carried = cdata.buf;
+    for (Py_ssize_t i = 0; i < nemit; i++) {
+        ColFrame *fr = &frames[emit[i]];
+        int64_t size = fr->end - fr->begin;
+        memcpy(od + at, (emit[i] < m ? carried : data) + fr->start, (size_t)size);
+        memcpy(ost + 8 * i, &at, 8);
+        at += size;
+        memcpy(obe + 8 * i, &fr->begin, 8);
+        memcpy(oen + 8 * i, &fr->end, 8);
+        memcpy(opr + PRODUCER_ID_LEN * i, prods[fr->producer].producer, PRODUCER_ID_LEN);
+        memcpy(ocl + 8 * i, &fr->clock, 8);
+        memcpy(ofl + 4 * i, &fr->flags, 4);
+    }
+    memcpy(ost + 8 * nemit, &at, 8);
+    memcpy(otab, prods, (size_t)nprod * sizeof(ColProducer));
+    at = 0;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t g = 0; g < total; g++) {
+        if (!pend[g])
+            continue;
+        ColFrame c = frames[g];
+        int64_t size = c.end - c.begin;
+        memcpy(ocd + at, (g < m ? carried : data) + c.start, (size_t)size);
+        c.start = at;
+        at += size;
+        memcpy(ocf + k++ * (Py_ssize_t)sizeof(ColFrame), &c, sizeof(ColFrame));
+    }
+    result = PyTuple_New(10);
+    if (result != NULL)
+        for (int i = 0; i < 10; i++) {
+            PyTuple_SET_ITEM(result, i, out[i]);
+            out[i] = NULL;
+        }
+    goto done;
+none:
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 10; i++)
+        Py_XDECREF(out[i]);
+    PyMem_Free(key);
+    PyMem_Free(nxt);
+    PyMem_Free(head);
+    PyMem_Free(tail);
+    PyMem_Free(emit);
+    PyMem_Free(slots);
+    PyMem_Free(pend);
+    PyMem_Free(prods);
+    PyMem_Free(frames);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&tab);
+    PyBuffer_Release(&cdata);
+    PyBuffer_Release(&cfr);
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"uuid_columns", speedups_uuid_columns, METH_VARARGS,
      "uuid_columns(texts, n) -> tuple | None: the buffers of the UUID columns of n canonical\n"
@@ -2551,6 +2849,11 @@ static PyMethodDef speedups_methods[] = {
     {"pack_frames", speedups_pack_frames, METH_O,
      "pack_frames(envelopes) -> tuple: (data, starts, begins, ends, producers, clocks, flags)\n"
      "buffers of the envelopes' frames (message.line) and columns (see oncelog.reading)."},
+    {"committed_columns", speedups_committed_columns, METH_VARARGS,
+     "committed_columns(data, base, uuid_field, table, carry_data, carry_frames, acks,\n"
+     "max_carry) -> tuple | None: the committed frames of a chunk of whole JSON lines as\n"
+     "columns, with the producer table and carried frames after it; None: not the simple\n"
+     "case (see oncelog.sequencing.columnar)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,3 +124,16 @@ def uuid_columns(texts: Any, n: int, /) -> tuple[bytes, ...] | None:
 def pack_frames(envelopes: list[Envelope], /) -> tuple[bytes, ...]:
     """(data, starts, begins, ends, producers, clocks, flags): the envelopes' frames
     (`message.line`) back to back and their columns (oncelog.reading.CommittedBatch)."""
+def committed_columns(
+    data: bytes,
+    base: int,
+    uuid_field: str,
+    table: bytes,
+    carry_data: bytes,
+    carry_frames: bytes,
+    acks: bool,
+    max_carry: int,
+    /,
+) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes] | None:
+    """oncelog.sequencing.columnar.committed_columns in C, result for result: a chunk's
+    committed frames as columns, then the producer table and carry after it; or None."""

@@ -119,6 +119,8 @@ def _inferred_struct(client: "JournalClient", journal: str) -> "pa.StructType | 
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     fields = [f for f in table.schema if f.name != "uuid"]
+    if not fields:
+        return None  # only UUIDs so far (ACKs, say): a struct of no fields has no rows
     if any(pa.types.is_null(f.type) for f in fields):
         return None  # a field seen only as null: its type is not known yet
     return pa.struct(fields)
@@ -172,8 +174,9 @@ def read_committed_arrow(
     Without recorded names, `parse=True` on a CSV journal is a ValueError saying so.
 
     History sealed by compaction is read from the journal's columnar segments (see
-    oncelog.tables): the same rows, order and offsets, without decoding or parsing, and
-    with `columns`, decoding only those."""
+    oncelog.tables): the same rows, order and offsets, without decoding or parsing (a
+    named CSV journal's fields from the segments' `doc` columns, when they were written by
+    the names it records now), and with `columns`, decoding only those."""
     from oncelog.tables.merge_on_read import select_columns
 
     table = _read(client, journal, end, parse, proto_class, chunk_bytes, columns)
@@ -188,8 +191,11 @@ def _read(
     proto_class: str | None,
     chunk_bytes: int,
     columns: "Sequence[str] | None",
+    *,
+    segments: bool = True,
 ) -> "pa.Table":
-    """read_committed_arrow, before `columns` are selected (segments select them already)."""
+    """read_committed_arrow, before `columns` are selected (segments select them already).
+    `segments=False`: from the frames only (the caller found no segment to use)."""
     with needs_extra("arrow", "read_committed_arrow"):
         import pyarrow as pa
         import pyarrow.json as pajson
@@ -211,13 +217,24 @@ def _read(
                 "oncelog.dev/csv-columns): append its data with `oncelog append --header`, "
                 "or read the records' text with parse=False"
             )
-        text = _read(client, journal, end, False, proto_class, chunk_bytes, None)
+        if proto_class is None:
+            # Sealed history from the `doc` columns of segments written by these names,
+            # the rest parsed from the records' text (oncelog.tables.merge_on_read).
+            from oncelog.tables.merge_on_read import committed_table
+
+            merged = committed_table(
+                client, journal, end=end, parse=True, columns=columns, csv_names=names
+            )
+            if merged is not None:
+                return merged
+        text = _read(client, journal, end, False, proto_class, chunk_bytes, None,
+                     segments=False)
         return _csv_fields(text, journal, names)
     if parse and content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:
         raise ValueError(
             f"parse=True reads JSON documents; journal {journal!r} holds {content_type}"
         )
-    if proto_class is None:
+    if proto_class is None and segments:
         # Sealed history from the journal's columnar segments, the rest from its frames.
         from oncelog.tables.merge_on_read import committed_table
 

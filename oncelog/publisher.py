@@ -24,6 +24,7 @@ from oncelog.framing.base import EncodeError
 from oncelog.framing.base import registered as _framings
 from oncelog.framing.jsonlines import JSONFraming
 from oncelog.intents import AckIntent, start_intents
+from oncelog.journal.appender import appender_of, first_failure
 from oncelog.journal.errors import AppendFailed
 from oncelog.mapping import PartitionSpec, content_type_of
 from oncelog.message import (
@@ -45,6 +46,7 @@ from oncelog.producer_transaction import (
 
 if TYPE_CHECKING:
     from oncelog.journal import AppendResult, AsyncAppend, JournalClient
+    from oncelog.journal.appender import Appender
     from oncelog.transactions import TransactionalLog, TransactionRecord
 
 __all__ = [
@@ -148,6 +150,9 @@ class Publisher:
         self._prune_at = _PRUNE_AT
         self._lock = threading.Lock()
         self._in_transaction = False
+        # Appenders of the journals the open transaction() wrote, held (`Appender.hold`) so
+        # that its messages wait in the spool for its ACK: one fragment per commit.
+        self._holding: list[Appender] = []
         # Guards the open transaction against its keepalive expiring it meanwhile.
         self._txn_lock = threading.RLock()
         self._keepalive: Keepalive | None = None
@@ -471,6 +476,8 @@ class Publisher:
             before(journal, framing, msg)
         append = self.client.start_append(journal)
         try:
+            if not committed and self._in_transaction and journal not in self._pending:
+                self._hold(append)  # the transaction's first message in this journal
             # The UUID is stamped only while holding the journal's append order, so
             # clocks increase in journal order even under concurrent publishing.
             clock = self.clock.advance() if advance else self.clock.tick()
@@ -494,6 +501,22 @@ class Publisher:
             if committed and clock > self._acked.get(journal, 0):
                 self._acked[journal] = clock
         return journal, framing, clock, append
+
+    def _hold(self, append: "AsyncAppend") -> None:
+        """Hold the appender of `append` until the open transaction ends (its messages then
+        wait for its ACK in the spool instead of being written as soon as the writer is
+        free; see oncelog.journal.appender). Called holding the append's write lock, before
+        it is released, so that not even the first message is written alone."""
+        appender = appender_of(append)
+        if appender not in self._holding:
+            appender.hold()
+            self._holding.append(appender)
+
+    def _unhold_all(self) -> None:
+        """The transaction ended: release the appenders it held."""
+        holding, self._holding = self._holding, []
+        for appender in holding:
+            appender.unhold()
 
     def _track(self, append: "AsyncAppend") -> None:
         with self._lock:
@@ -606,6 +629,7 @@ class Publisher:
         finally:
             self._stop_keepalive()
             self._in_transaction = False
+            self._unhold_all()
 
     def _stop_keepalive(self) -> None:
         """Stop the keepalive timer without waiting for its thread: it may be blocked in
@@ -745,9 +769,9 @@ class Publisher:
                 made=False,
             ) from exc
         try:
-            for append in held:
-                if append.done():
-                    append.result(0)  # a message that failed: raises it
+            failed = first_failure(held, wait=False)  # a message known to have failed
+            if failed is not None:
+                raise failed
             ack.write(intent.intent)
         except BaseException as exc:
             ack.abort()
@@ -761,11 +785,7 @@ class Publisher:
         message_error: BaseException | None = None
         ack_error: BaseException | None = None
         try:
-            for append in held:
-                try:
-                    append.result()
-                except AppendFailed as exc:
-                    message_error = message_error or exc
+            message_error = first_failure(held)
             try:
                 ack.result()
             except AppendFailed as exc:

@@ -24,6 +24,8 @@ from oncelog.framing.jsonlines import JSONFraming
 from oncelog.identity import Envelope, clock_from_unix_ns
 from oncelog.message import JSONLine, prime_ids
 from oncelog.sequencer import ProducerState, Sequencer
+from oncelog.sequencing import columnar as _columnar
+from oncelog.sequencing.columnar import ColumnarState
 
 if TYPE_CHECKING:
     from oncelog.journal import JournalClient
@@ -374,17 +376,26 @@ class CommittedBatch:
                 f"checkpoint() of a batch of journal {self.journal!r} (ending at offset"
                 f" {end}) taken after the next batch was read: take it before reading on"
             )
+        columnar = reader.columnar
+        if columnar is not None:
+            columnar.sync(reader.sequencer)  # the fast path's state, told to the sequencer
+            if prune_horizon:
+                # Pruning forgets producers in the sequencer: it alone knows the state now.
+                reader.columnar = None
         return reader.sequencer.checkpoint(prune_horizon)
 
 
 class _BatchReader:
-    """The reader state batches share: its sequencer and the batch last yielded."""
+    """The reader state batches share: its sequencer, the batch last yielded, and the fast
+    path's state while it runs (`columnar`: then the truth, the sequencer lagging behind it
+    until told; None: the sequencer is exact)."""
 
-    __slots__ = ("sequencer", "current")
+    __slots__ = ("sequencer", "current", "columnar")
 
     def __init__(self, sequencer: Sequencer) -> None:
         self.sequencer = sequencer
         self.current: CommittedBatch | None = None
+        self.columnar: ColumnarState | None = None
 
 
 def _pack_frames(envelopes: list[Envelope]) -> tuple[bytes, ...]:
@@ -447,6 +458,24 @@ def read_committed_batches(
             start = client.head(journal)
         sequencer = Sequencer(offsets={journal: start})
     state = _BatchReader(sequencer)
+    if on_error == "raise":
+        yield from _columnar_batches(
+            client, journal, start, state, framing, block, include_acks, chunk_size, on_open
+        )
+    else:
+        yield from _envelope_batches(
+            client, journal, start, state, framing, block, include_acks, on_error, chunk_size,
+            on_open,
+        )
+
+
+def _envelope_batches(
+    client: "JournalClient", journal: str, start: int, state: _BatchReader,
+    framing: JSONFraming, block: bool, include_acks: bool, on_error: OnError,
+    chunk_size: int | None, on_open: Callable[[Any], None] | None,
+) -> Generator[CommittedBatch, None, None]:
+    """`read_committed_batches` through envelopes alone (with an `on_error` handler)."""
+    sequencer = state.sequencer
     batches = read_uncommitted_batches(
         client, journal, start, block=block, on_error=on_error, chunk_size=chunk_size,
         on_open=on_open, lazy=True,
@@ -466,6 +495,109 @@ def read_committed_batches(
     finally:
         state.current = None
         batches.close()
+
+
+def _adapt(sizer: _ChunkSizer, span: int, frames: int) -> None:
+    """`_ChunkSizer.saw` for a decoded chunk of `frames` frames over `span` bytes (the fast
+    path has no envelopes): the same sizes, so that both paths cut the same chunks."""
+    sizer.size = min(max(span * _FRAMES_PER_CHUNK // frames, _MIN_CHUNK), _MAX_CHUNK)
+
+
+def _columnar_batches(
+    client: "JournalClient", journal: str, start: int, state: _BatchReader,
+    framing: JSONFraming, block: bool, include_acks: bool, chunk_size: int | None,
+    on_open: Callable[[Any], None] | None,
+) -> Generator[CommittedBatch, None, None]:
+    """`read_committed_batches` over columns where it can (`oncelog.sequencing.columnar`),
+    through envelopes where it cannot, batch for batch the same.
+
+    The journal's bytes are cut where `decode_batches` cuts them (whole lines, the same
+    waits for a long line, the same chunk sizes), so each decoded chunk is the same in
+    both paths. A chunk goes to `committed_columns` (C where built) while the fast path
+    holds the state; on None the state is told to the sequencer (`ColumnarState.sync`) and
+    the chunk is decoded into envelopes and sequenced; after such a chunk the fast path
+    takes over again once no transaction is open (`ColumnarState.enter`).
+    """
+    sequencer = state.sequencer
+    field = framing.uuid_field
+    native = _native.speedups
+    committed_columns = (
+        native.module.committed_columns if native is not None else _columnar.committed_columns
+    )
+    sizer = _ChunkSizer(chunk_size)
+    adapt = not sizer.fixed
+    reader = client.read(journal, start, block=block)
+    if on_open is not None:
+        on_open(reader)
+    replay = _replayer(client, None, "raise", lazy=True)
+    state.columnar = ColumnarState.enter(sequencer, journal, field)
+
+    def envelope_path(data: bytes, at: int) -> Iterator[CommittedBatch]:
+        for envelopes in decode_batches(
+            framing, [data], journal=journal, offset=at, new_message=JSONLine
+        ):
+            if adapt and envelopes:
+                sizer.saw(envelopes)
+            with gc_paused():
+                prime_ids(envelopes)
+                batch_built(len(envelopes))
+            committed = sequencer.committed(envelopes, replay, acks=include_acks)
+            if committed:
+                with gc_paused():
+                    batch = CommittedBatch(journal, field, _pack_frames(committed), state)
+                state.current = batch
+                yield batch
+                state.current = None
+
+    pending = bytearray()
+    base = reader.offset
+    wait_for = 0  # as decode_batches: a line longer than the chunks waits for twice the bytes
+    try:
+        for chunk in chain(_chunks(reader, None, sizer), [b""]):
+            final = not chunk
+            pending += chunk
+            if not final and len(pending) < wait_for:
+                continue
+            cut = pending.rfind(b"\n") + 1
+            wait_for = 0 if cut else 2 * len(pending)
+            if cut:
+                data = bytes(pending[:cut])
+                del pending[:cut]
+                at = base
+                base += cut
+                state.current = None
+                columnar = state.columnar
+                if columnar is not None:
+                    columns = committed_columns(
+                        data, at, field, columnar.table, columnar.carry_data,
+                        columnar.carry_frames, include_acks, _columnar.MAX_CARRY,
+                    )
+                    if columns is not None:
+                        (columnar.table, columnar.carry_data, columnar.carry_frames) = columns[7:]
+                        columnar.offset = base
+                        columnar.fast_chunks += 1
+                        if adapt:
+                            _adapt(sizer, cut, data.count(b"\n"))
+                        if len(columns[2]):
+                            batch = CommittedBatch(journal, field, columns[:7], state)
+                            state.current = batch
+                            yield batch
+                        continue
+                    columnar.sync(sequencer)
+                    state.columnar = None
+                yield from envelope_path(data, at)
+                state.columnar = ColumnarState.enter(sequencer, journal, field)
+            if final and pending:  # a partial last line: decoding raises TruncatedFrame
+                state.current = None
+                if state.columnar is not None:
+                    state.columnar.sync(sequencer)
+                    state.columnar = None
+                yield from envelope_path(bytes(pending), base)
+    finally:
+        state.current = None
+        reader.close()
+        if state.columnar is not None:
+            state.columnar.sync(sequencer)  # a sequencer passed in ends where reading did
 
 
 def checkpoint_after_dequeued(

@@ -356,3 +356,26 @@ def test_uuid_columns_refuse_clocks_beyond_63_bits(mode: str) -> None:
     text = str(build_uuid(b"\x01" * 6, 1 << 63, 0))
     with speedups_mode(mode), pytest.raises(ValueError, match="2\\*\\*63"):
         uuid_columns(pa.array([text]))
+
+
+def test_parse_of_a_journal_whose_first_lines_are_only_uuids(memory_store: StoreTarget) -> None:
+    """Trimmed to just after a transaction's messages, a journal starts with its ACK: the
+    types Arrow infers from the first lines have no fields. parse=True reads it as
+    read_committed does (it raised "Arrays were not all the same length: 0 vs 1")."""
+    client = memory_store.open()
+    name = f"t/{uuid.uuid4().hex[:8]}"
+    client.create(JournalSpec(name, labels={"content-type": "application/x-ndjson"}))
+    pub = Publisher(client)
+    with pub.transaction():
+        pub.publish_uncommitted(lambda _m: (name, "application/x-ndjson"), JSONMessage({"n": 1}))
+        pub.flush()  # the messages in a fragment of their own, the ACK in the next
+        ack = client.head(name)
+    client.trim(name, before=ack)
+    assert client.first_offset(name) == ack
+    assert read_committed_arrow(client, name, parse=True).num_rows == 0
+    assert list(read_committed(client, name)) == []
+    pub.publish_committed(lambda _m: (name, "application/x-ndjson"), JSONMessage({"n": 2}))
+    pub.flush()
+    table = read_committed_arrow(client, name, parse=True)
+    assert table.column("begin").to_pylist() == [e.begin for e in read_committed(client, name)]
+    client.close()

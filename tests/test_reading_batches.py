@@ -6,6 +6,7 @@ replays, trimmed starts), on the C path and in pure Python alike."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from typing import Any
 
@@ -13,7 +14,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from speedups_support import MODES, speedups_mode
+from speedups_support import BUILT, MODES, speedups_mode
 
 from oncelog import CommittedBatch, SequencerError, read_committed_batches
 from oncelog.framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, MalformedFrame
@@ -21,6 +22,8 @@ from oncelog.journal import JournalSpec
 from oncelog.message import Flags, build_uuid
 from oncelog.reading import read_committed
 from oncelog.sequencer import Sequencer
+from oncelog.sequencing import columnar
+from oncelog.sequencing.columnar import ColumnarState
 
 JSON = {"content-type": CONTENT_TYPE_JSON_LINES}
 PRODUCERS = [bytes([1, 2, 3, 4, 5, p]) for p in range(3)]
@@ -136,6 +139,12 @@ def test_batches_hold_exactly_what_read_committed_yields(
             want = reference(client, name, include_acks=acks)
             got = list(read_committed_batches(client, name, include_acks=acks, chunk_size=chunk))
             assert flattened(got) == want
+            # The envelope path alone (an on_error handler turns the fast path off): the
+            # same batches, cut at the same chunks.
+            slow = list(read_committed_batches(
+                client, name, include_acks=acks, chunk_size=chunk, on_error=reraise
+            ))
+            assert [flattened([b]) for b in slow] == [flattened([b]) for b in got]
             ids = [e.ids[0] for e in read_committed(client, name, include_acks=acks)]
             assert producers_of(got) == ids
         # A ring of 2: transactions are replayed from the journal inside a batch.
@@ -145,6 +154,10 @@ def test_batches_hold_exactly_what_read_committed_yields(
         ))
         assert flattened(tiny) == reference(client, name)
     client.close()
+
+
+def reraise(exc: Exception) -> None:
+    raise exc
 
 
 def history(n: int) -> bytes:
@@ -233,3 +246,135 @@ def test_columns_are_flat_buffers_with_no_object_per_message(journals: Any) -> N
     assert len(batch.producers) == 6 * len(batch)
     assert orjson.loads(batch.frame(0))["n"] == 1  # 0 opened a transaction: it commits later
     assert "batches/columns" in repr(batch)
+
+
+def many_producers(n: int, seed: int) -> list[bytes]:
+    """`n` messages of 16 interleaved producers (half in transactions of 3, some rolled back,
+    some frames written twice): transactions are open at nearly every chunk's end."""
+    rng = random.Random(seed)
+    producers = [bytes([9, 8, 7, 6, 5, p]) for p in range(16)]
+    clocks, acked, left = [1] * 16, [1] * 16, [0] * 16
+    out: list[bytes] = []
+    for i in range(n):
+        p = rng.randrange(16)
+        clocks[p] += 1
+        if not left[p] and rng.random() < 0.2:
+            left[p] = 3
+        flags = Flags.CONTINUE_TXN if left[p] else Flags.OUTSIDE_TXN
+        out.append(line(i, u(producers[p], clocks[p], flags), rng.randrange(2)))
+        if rng.random() < 0.02:
+            out.append(out[-1])
+        if left[p]:
+            left[p] -= 1
+            if not left[p]:
+                clocks[p] += 1
+                ack = acked[p] if rng.random() < 0.1 else clocks[p]
+                acked[p] = ack
+                out.append(b'{"uuid":"%s"}\n' % u(producers[p], ack, Flags.ACK_TXN))
+        else:
+            acked[p] = clocks[p]
+    return out
+
+
+def counting_chunks(monkeypatch: Any) -> list[Any]:
+    """Record every ColumnarState the reader makes (their `fast_chunks` count fast chunks)."""
+    made: list[Any] = []
+    real = ColumnarState.enter
+
+    def enter(*args: Any) -> Any:
+        state = real(*args)
+        if state is not None:
+            made.append(state)
+        return state
+
+    monkeypatch.setattr(ColumnarState, "enter", enter)
+    return made
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_most_chunks_take_the_fast_path_and_give_the_same_batches(
+    journals: Any, mode: str, monkeypatch: Any
+) -> None:
+    name = "batches/fast"
+    journals.create(JournalSpec(name, labels=JSON))
+    lines = many_producers(3000, seed=5)
+    # One line that lazy reading parses (UUID in the middle), and a nil UUID: two chunks
+    # that must go through envelopes, in the middle of open transactions.
+    lines.insert(1000, line(10_000, u(PRODUCERS[0], 1, Flags.OUTSIDE_TXN), 2))
+    lines.insert(2000, b'{"n":1}\n')
+    journals.append(name, b"".join(lines))
+    made = counting_chunks(monkeypatch)
+    with speedups_mode(mode):
+        for acks in (False, True):
+            made.clear()
+            got = list(read_committed_batches(journals, name, include_acks=acks, chunk_size=2048))
+            fast = sum(s.fast_chunks for s in made)
+            chunks = len(b"".join(lines)) // 2048
+            assert fast >= chunks // 2, (fast, chunks)  # the fast path ran, most of the time
+            assert len(made) >= 2  # and took over again after the envelope path
+            assert flattened(got) == reference(journals, name, include_acks=acks)
+            slow = list(read_committed_batches(
+                journals, name, include_acks=acks, chunk_size=2048, on_error=reraise
+            ))
+            assert [flattened([b]) for b in slow] == [flattened([b]) for b in got]
+        # Checkpoints taken on the fast path resume exactly, and say what the envelope
+        # path's say.
+        whole = flattened(got := list(read_committed_batches(journals, name, chunk_size=2048)))
+        slow_points = [
+            b.checkpoint() for b in read_committed_batches(
+                journals, name, chunk_size=2048, on_error=reraise
+            )
+        ]
+        seen: list[Any] = []
+        for k, batch in enumerate(read_committed_batches(journals, name, chunk_size=2048)):
+            seen += flattened([batch])
+            offsets, states = batch.checkpoint()
+            assert (offsets, states) == slow_points[k]
+            if k % 7 == 3:
+                rest = flattened(list(read_committed_batches(
+                    journals, name, offsets[name], sequencer=Sequencer(offsets, states),
+                    chunk_size=2048,
+                )))
+                assert seen + rest == whole, f"resuming after offset {batch.ends[-1]}"
+        assert len(got) == len(slow_points)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_sequencer_passed_in_ends_where_reading_did(journals: Any, mode: str) -> None:
+    name = "batches/passed"
+    journals.create(JournalSpec(name, labels=JSON))
+    journals.append(name, b"".join(many_producers(800, seed=9)))
+    with speedups_mode(mode):
+        fast, slow = Sequencer({name: 0}), Sequencer({name: 0})
+        a = list(read_committed_batches(journals, name, sequencer=fast, chunk_size=1024))
+        b = list(read_committed_batches(
+            journals, name, sequencer=slow, chunk_size=1024, on_error=reraise
+        ))
+        assert [flattened([x]) for x in a] == [flattened([x]) for x in b]
+        assert fast.checkpoint() == slow.checkpoint()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12), st.integers(0, 3),
+                             st.integers(0, 2)), min_size=1, max_size=40),
+    cut=st.integers(0, 40), acks=st.booleans(), max_carry=st.sampled_from([0, 200, 1 << 20]),
+)
+def test_c_and_python_decide_a_chunk_alike(
+    lines: list[tuple[int, int, int, int]], cut: int, acks: bool, max_carry: int
+) -> None:
+    if BUILT is None:
+        pytest.skip("the C speed-ups are not built")  # pragma: no cover
+    frames = [
+        line(i, u(bytes([1, 1, 1, 1, 1, p]), clock, flags), shape)
+        for i, (p, clock, flags, shape) in enumerate(lines)
+    ]
+    first, second = b"".join(frames[:cut]), b"".join(frames[cut:])
+    state: tuple[bytes, bytes, bytes] = (b"", b"", b"")
+    for data, base in ((first, 100), (second, 100 + len(first))):
+        py = columnar.committed_columns(data, base, "uuid", *state, acks, max_carry)
+        c = BUILT.module.committed_columns(data, base, "uuid", *state, acks, max_carry)
+        assert py == c
+        if py is None:
+            return
+        state = py[7:]

@@ -19,12 +19,21 @@ transaction's ACK behind its messages, `oncelog.publisher`) relies on this: once
 write lock, either an earlier append's failure is already visible (`done()` and `result()`
 raising) or its own batch is failed with it.
 
+Holds: while a caller holds the appender (`hold`, a count: a publisher's open transaction
+does, so that its messages and its ACK share one fragment, one fsync and one claim), an
+idle writer does not seal the open batch by itself (as it does with flush_interval 0) for
+up to `HOLD_LIMIT` seconds from the batch's first append (or flush_interval, if longer).
+Anything else that makes a batch due still does: someone waiting for an append (`result`,
+`flush`), the batch reaching FragmentSpec.length, closing. Holds change when a batch is
+written, never what it holds or in which order.
+
 Locks and what they guard (Appender):
 - `_write_lock`: held by an AsyncAppend from start to release (and by start_append_many
   and flush); guards the open batch's bytes (`_open.buf`, `used`, `created`) and the
   reading of `_open` on the hot path.
 - `_state` (a Condition): guards `_open` being replaced, `_sealed`, `_sealed_bytes`,
-  `_inflight`, `_flush_requested`, `_seal_requested`, `_thread` and `_closed`; `_room` is
+  `_inflight`, `_flush_requested`, `_seal_requested`, `_holds`, `_thread` and `_closed`;
+  `_room` is
   written under it and read without it on the hot path (a stale value only sends an append
   down the slow path, which re-reads it under the lock).
 - Lock order: `_write_lock`, then `_state`. Nothing takes `_write_lock` while holding
@@ -58,6 +67,8 @@ from oncelog.journal.store import FragmentStore
 __all__ = ["AppendResult", "AsyncAppend", "AsyncAppendMany", "Appender"]
 
 _IDLE_EXIT = 5.0  # seconds an idle writer thread lingers before exiting
+HOLD_LIMIT = 1.0
+"""Seconds a held appender lets its open batch wait for more appends (see the module)."""
 _MIN_PENDING_LIMIT = 16 << 20
 
 
@@ -322,6 +333,7 @@ class Appender:
         self._inflight: _Batch | None = None
         self._flush_requested = False
         self._seal_requested = False
+        self._holds = 0
         self._room = min(self._length, self._limit)
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -340,6 +352,26 @@ class Appender:
     def races_lost(self) -> int:
         """Claims this appender lost to another writer (each then retried at the new head)."""
         return self._persister.races_lost
+
+    def hold(self) -> None:
+        """Let the open batch wait for more appends while the writer is idle (see the
+        module); every `hold` must be paired with one `unhold`."""
+        with self._state:
+            self._holds += 1
+
+    def unhold(self) -> None:
+        """Undo one `hold`; the last one lets an idle writer seal the open batch at once."""
+        with self._state:
+            if self._holds <= 0:
+                raise JournalError(f"unhold of the appender of journal {self.journal!r} "
+                                   "without a hold")
+            self._holds -= 1
+            self._state.notify_all()  # the writer re-evaluates whether the batch is due
+
+    def _wait_interval_locked(self) -> float:
+        """How long the open batch may wait for more appends (0: due when the writer is
+        free): flush_interval, and at least HOLD_LIMIT while the appender is held."""
+        return max(self._interval, HOLD_LIMIT) if self._holds else self._interval
 
     # -- the AsyncAppend side ----------------------------------------------------------------
 
@@ -551,12 +583,13 @@ class Appender:
         batch = self._open
         if not batch.used:
             return False
+        interval = self._wait_interval_locked()
         return (
-            self._interval <= 0
+            interval <= 0
             or self._flush_requested
             or self._closed
             or len(batch.buf) >= self._length
-            or time.monotonic() >= batch.created + self._interval
+            or time.monotonic() >= batch.created + interval
         )
 
     def _run(self) -> None:
@@ -568,7 +601,10 @@ class Appender:
                         self._thread = None
                         return
                     if self._open.used:
-                        timeout = max(0.0, self._open.created + self._interval - time.monotonic())
+                        timeout = max(
+                            0.0,
+                            self._open.created + self._wait_interval_locked() - time.monotonic(),
+                        )
                     else:
                         timeout = _IDLE_EXIT - (time.monotonic() - idle_since)
                         if timeout <= 0:
@@ -680,3 +716,30 @@ class Appender:
         """Persist a sealed batch (writer thread, holding no lock) and wake its waiters."""
         batch.base = self._persister.persist(batch.buf)
         batch.event.set()
+
+
+def appender_of(append: AsyncAppend) -> Appender:
+    """The appender an append was started on (for `Appender.hold`)."""
+    return append._appender
+
+
+def first_failure(appends: Iterable[AsyncAppend], wait: bool = True) -> AppendFailed | None:
+    """The error of the first of `appends` (released or aborted, in order) that failed, or
+    None; with `wait`, after waiting until each is durable or failed, else among those
+    already known. Appends sharing a batch share its outcome, so each batch is looked at
+    once: a transaction's thousands of appends cost a few checks, not a `result()` each.
+    Errors other than AppendFailed (an interrupt while waiting) propagate."""
+    last: _Batch | None = None
+    for append in appends:
+        if append._end >= 0:  # released: its batch's outcome is its own
+            if append._batch is last:
+                continue
+            last = append._batch
+        if not wait and not append.done():
+            continue
+        try:
+            append.result()
+        except AppendFailed as exc:
+            return exc
+    return None
+

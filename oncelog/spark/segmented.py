@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from oncelog.journal import JournalClient
@@ -100,10 +101,12 @@ def _sequencer(journal: str, begin: int, states: tuple[tuple[str, int, int], ...
     )
 
 
-def _fitted(table: pa.Table, arrow: pa.Schema, uuid_field: str) -> pa.Table | None:
+def _fitted(table: pa.Table, arrow: pa.Schema, uuid_field: str,
+            decoder: RangeDecoder | None = None) -> pa.Table | None:
     """The segment's rows in the read's Arrow schema, or None if they cannot be given
     exactly without parsing (the schema asks for a field the segment does not hold as
-    asked, or for document fields the segment has no columns for)."""
+    asked, or for document fields the segment has no columns for). `decoder`: the read's
+    (a CSV journal read by its recorded column names takes its struct from `_csv_message`)."""
     message_type = arrow.field("message").type
     columns: list[pa.ChunkedArray | pa.Array] = []
     for field in arrow:
@@ -120,6 +123,12 @@ def _fitted(table: pa.Table, arrow: pa.Schema, uuid_field: str) -> pa.Table | No
         doc = table.column("doc").combine_chunks()
         if isinstance(doc, pa.ChunkedArray):  # pragma: no cover - combine_chunks gives an array
             return None
+        if decoder is not None and decoder.kind.columns is not None:
+            message = _csv_message(table, doc, decoder)
+            if message is None:
+                return None
+            columns.append(message)
+            continue
         doc_type: pa.StructType = doc.type
         children = []
         for i in range(message_type.num_fields):
@@ -135,6 +144,59 @@ def _fitted(table: pa.Table, arrow: pa.Schema, uuid_field: str) -> pa.Table | No
                 children.append(doc.field(index))
         columns.append(pa.StructArray.from_arrays(children, fields=list(message_type)))
     return pa.Table.from_arrays(columns, schema=arrow)
+
+
+def _csv_message(table: pa.Table, doc: pa.StructArray, decoder: RangeDecoder
+                 ) -> pa.StructArray | None:
+    """The `message` struct of a CSV journal's segment rows read by its recorded column
+    names (`decoder.kind.columns`), from the segment's `doc` columns, exactly as the
+    decoder builds it from the records (`RangeDecoder._csv_struct`: a field by its column's
+    position, null where a record or the header has none, other types cast from the string
+    with an empty field null); None if the segment cannot give it so: its `doc` was written
+    by other names, a field the `doc` leaves out (the UUID column named `uuid`) cannot be
+    taken from the records' text, or a value does not cast (reading the frames reports it,
+    naming the record's offsets)."""
+    from oncelog.tables.segments import csv_doc_fits
+
+    names = list(decoder.kind.columns or ())
+    if not csv_doc_fits(doc.type, names):
+        return None
+    wanted_type: pa.StructType = decoder.message_type
+    children: list[pa.Array] = []
+    for wanted, position in zip(wanted_type, decoder._csv_positions(), strict=True):
+        if position is None:
+            children.append(pa.nulls(len(doc), wanted.type))
+            continue
+        name = names[position] if position < len(names) else f"_{position}"
+        index = doc.type.get_field_index(name)
+        if index >= 0:
+            values: pa.Array | None = doc.field(index)
+        elif position == 0:  # the UUID column, left out of `doc` as the `uuid` column's twin
+            values = _first_fields(table.column("message"))
+        elif position >= len(names):  # past every record of the segment
+            values = pa.nulls(len(doc), pa.string())
+        else:  # a column named like a metadata column
+            values = None
+        if values is None:
+            return None
+        if wanted.type != pa.string():
+            values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+            try:
+                values = values.cast(wanted.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        children.append(values)
+    return pa.StructArray.from_arrays(children, fields=list(wanted_type))
+
+
+def _first_fields(messages: pa.ChunkedArray) -> pa.Array | None:
+    """The first field of each CSV record text in `messages`, or None if one is not the
+    plain text before the record's first comma (quoted, or holding a line end)."""
+    text = messages.combine_chunks()
+    first = pc.list_element(pc.split_pattern(text, ",", max_splits=1), 0)
+    if len(first) and pc.any(pc.match_substring_regex(first, '["\r\n]')).as_py():
+        return None
+    return first
 
 
 def read_partition(
@@ -154,7 +216,7 @@ def read_partition(
     rec = partition.record
     fitted = None
     try:
-        fitted = _fitted(read_segment(client, rec), arrow, decoder.uuid_field)
+        fitted = _fitted(read_segment(client, rec), arrow, decoder.uuid_field, decoder)
     except SegmentError as exc:
         warnings.warn(f"{exc}; its range is read from the journal", SegmentWarning,
                       stacklevel=2)

@@ -22,6 +22,8 @@ from oncelog.tables.segments import (
     SegmentRecord,
     States,
     chain,
+    csv_doc_fits,
+    csv_documents,
     declared_schema,
     in_commit_order,
     parse_documents,
@@ -124,10 +126,12 @@ def usable_prefix(
 
 
 def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],
-               uuid_field: str, declared: pa.Schema | None) -> pa.Table | None:
+               uuid_field: str, declared: pa.Schema | None,
+               csv_names: Sequence[str] | None = None) -> pa.Table | None:
     """The documents of every part as one table of columns (types unified across parts: a
     field new in a later part is null before it), or None if some part's documents cannot
-    be read as columns exactly."""
+    be read as columns exactly. `csv_names`: the parts are a CSV journal's records, by
+    these column names (a segment's `doc` is used only if it holds them by these names)."""
     with needs_extra("arrow", "read_committed_arrow"):
         import pyarrow as pa
 
@@ -138,6 +142,8 @@ def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],
         if "doc" in part.column_names:
             doc = part.column("doc")
             struct: pa.StructType = doc.type
+            if csv_names is not None and not csv_doc_fits(struct, csv_names):
+                return None  # written while the journal recorded other names
             tables.append(pa.table({
                 struct.field(i).name: pa.chunked_array(
                     [c.field(i) for c in doc.chunks], struct.field(i).type
@@ -145,7 +151,12 @@ def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],
                 for i in range(struct.num_fields)
             }))
         else:
-            docs = parse_documents(part.column("message"), declared, [uuid_field, *meta_names])
+            if csv_names is not None:
+                docs = csv_documents(part, journal, csv_names)
+            else:
+                docs = parse_documents(
+                    part.column("message"), declared, [uuid_field, *meta_names]
+                )
             if docs is None:
                 return None
             tables.append(docs)
@@ -164,17 +175,25 @@ def committed_table(
     end: int | None = None,
     parse: bool = False,
     columns: Sequence[str] | None = None,
+    csv_names: Sequence[str] | None = None,
 ) -> pa.Table | None:
     """`read_committed_arrow(client, journal, end=end, parse=parse, columns=columns)` read
     through the journal's segments, or None if it has none a reader could use. With
-    `columns` and `parse`, segments decode only the columns asked for."""
+    `columns` and `parse`, segments decode only the columns asked for.
+
+    `csv_names`, with `parse`: the journal is CSV and records these column names; its
+    records become string columns as `read_committed_arrow` makes them
+    (`oncelog.arrow._csv_fields`), taken from the `doc` columns of segments written by the
+    same names and parsed from the text elsewhere (the tail, segments written before the
+    names were recorded)."""
     with needs_extra("arrow", "read_committed_arrow"):
         import pyarrow as pa
 
     spec = client.get(journal)
-    declared = declared_schema(spec) if parse else None
+    declared = declared_schema(spec) if parse and csv_names is None else None
     skip: frozenset[str] = frozenset()
-    if columns is not None and parse:
+    if columns is not None and parse and csv_names is None:
+        # (Not for CSV: a record's text is parsed with every metadata column at hand.)
         from oncelog.spark.schema import METADATA_COLUMNS
 
         skip = frozenset(n for n, _ in METADATA_COLUMNS if n not in columns)
@@ -186,10 +205,10 @@ def committed_table(
         meta_schema = pa.schema([f for f in schema if f.name not in ("message", *skip)])
         metas = [p.select(meta_schema.names) for p in parts]
         meta = pa.concat_tables([m.cast(meta_schema) for m in metas])
-        if sum(p.num_rows for p in parts) == 0:  # (a table of no columns has no rows)
-            return select_columns(meta, columns)
+        if sum(p.num_rows for p in parts) == 0 and csv_names is None:
+            return select_columns(meta, columns)  # (a table of no columns has no rows)
         all_meta = [f.name for f in schema if f.name != "message"]
-        docs = _documents(parts, journal, all_meta, "uuid", declared)
+        docs = _documents(parts, journal, all_meta, "uuid", declared, csv_names)
         if docs is not None:
             # The documents' columns after the metadata's (of which `columns` may keep none).
             for i, name in enumerate(meta.column_names):
@@ -203,6 +222,10 @@ def committed_table(
     table = pa.concat_tables([t.cast(schema) for t in texts]) if texts else schema.empty_table()
     if not parse:
         return select_columns(table, columns)
+    if csv_names is not None:  # as read_committed_arrow parses a CSV journal's records
+        from oncelog.arrow import _csv_fields
+
+        return select_columns(_csv_fields(table, journal, list(csv_names)), columns)
     meta = table.drop_columns(["message"])
     # As read_committed_arrow does when one pass cannot type every document: parse the
     # committed documents' text as a whole.

@@ -123,7 +123,9 @@ class SegmentRecord:
     size: int
     rows: int
     parsed: bool
-    """Whether the rows hold a `doc` struct of the JSON documents' fields."""
+    """Whether the rows hold a `doc` struct: the JSON documents' fields, or the CSV records'
+    fields by the column names their journal recorded when the segment was written (see
+    `csv_documents`)."""
     producers: frozenset[str]
     """Producers with at least one frame in `[begin, end)`."""
     start: States
@@ -399,6 +401,63 @@ def parse_documents(messages: pa.ChunkedArray | pa.Array, schema: pa.Schema | No
     return docs
 
 
+def _recorded_csv_columns(spec: JournalSpec) -> list[str] | None:
+    """The column names a CSV journal's spec records (label `oncelog.dev/csv-columns`), or
+    None: not CSV, no names, or a malformed label (its segments then keep the text only;
+    readers report the label)."""
+    from oncelog.framing.csvlines import CSVColumnsError, csv_columns
+
+    if spec.content_type.split(";", 1)[0].strip().lower() != "text/csv":
+        return None
+    try:
+        return csv_columns(spec)
+    except CSVColumnsError:
+        return None
+
+
+def csv_documents(table: pa.Table, journal: str, names: Sequence[str]) -> pa.Table | None:
+    """The CSV records of `table` (text in `message`, every metadata column present) as the
+    string columns `read_committed_arrow(parse=True)` gives them for the journal's recorded
+    column names `names` (its own mapping, `oncelog.arrow._csv_fields`: the UUID column
+    under its name unless named like a metadata column, null for a field a record lacks,
+    `_<n>` past the header), without the metadata columns; None if they cannot be columns
+    of one struct (a name repeated by a `_<n>` column, records that do not parse one by
+    one). Invariant: the columns are `csv_doc_fits` for `names`."""
+    from oncelog.arrow import _csv_fields
+    from oncelog.errors import BadMessage
+
+    meta = [n for n in table.column_names if n != "message"]
+    try:
+        fields = _csv_fields(table, journal, list(names))
+    except BadMessage:
+        return None
+    docs = fields.drop_columns(meta)
+    if len(set(docs.column_names)) != docs.num_columns:
+        return None
+    return docs
+
+
+def csv_doc_fits(doc: pa.StructType, names: Sequence[str]) -> bool:
+    """Whether a segment's `doc` struct holds a CSV journal's records by the column names
+    `names` (those it records now): the names, those of metadata columns left out, then
+    `_<n>` for each position n past them, all strings. A segment written while the journal
+    recorded other names does not fit: readers parse its text instead."""
+    with needs_extra("arrow", "columnar segments (oncelog.tables)"):
+        import pyarrow as pa
+
+    from oncelog.spark.schema import METADATA_COLUMNS
+
+    meta = {n for n, _ in METADATA_COLUMNS}
+    got = [doc.field(i).name for i in range(doc.num_fields)]
+    expected = [n for n in names if n not in meta]
+    extra = got[len(expected):]
+    return (
+        got[: len(expected)] == expected
+        and extra == [f"_{p}" for p in range(len(names), len(names) + len(extra))]
+        and all(doc.field(i).type == pa.string() for i in range(doc.num_fields))
+    )
+
+
 def _cut_points(client: JournalClient, journal: str, begin: int, end: int,
                 target: int) -> list[int]:
     """Ends of the segments `[begin, end)` is cut into: fragment boundaries about `target`
@@ -437,10 +496,12 @@ def seal(
     if begin >= through:
         return []
     schema = declared_schema(spec)
+    names = _recorded_csv_columns(spec)
     decoder = text_decoder(client, journal, spec.content_type)
     written: list[SegmentRecord] = []
     for end in _cut_points(client, journal, begin, through, target_bytes):
-        rec = _seal_one(client, journal, decoder, begin, end, states, schema, incarnation)
+        rec = _seal_one(client, journal, decoder, begin, end, states, schema, names,
+                        incarnation)
         written.append(rec)
         begin, states = end, dict(rec.final)
     return written
@@ -454,6 +515,7 @@ def _seal_one(
     end: int,
     states: States,
     doc_schema: pa.Schema | None,
+    csv_names: list[str] | None,
     incarnation: str,
 ) -> SegmentRecord:
     with needs_extra("arrow", "columnar segments (oncelog.tables)"):
@@ -471,6 +533,14 @@ def _seal_one(
         if docs is not None:
             doc = pa.StructArray.from_arrays(
                 [c.combine_chunks() for c in docs.columns], names=docs.column_names
+            )
+            table = table.append_column("doc", doc)
+            parsed = True
+    elif csv_names is not None and decoder.kind.content_type == "text/csv" and table.num_rows:
+        fields = csv_documents(table, journal, csv_names)
+        if fields is not None:
+            doc = pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in fields.columns], names=fields.column_names
             )
             table = table.append_column("doc", doc)
             parsed = True
