@@ -248,6 +248,25 @@ def _footer(rec: SegmentRecord, path: str) -> pa.Schema | str:
     return schema
 
 
+def _csv_names_fit(spec: JournalSpec, file_schema: pa.Schema) -> bool:
+    """For a CSV journal that records column names: whether the segment's `doc` holds its
+    records by the names recorded now (a segment written under other names is read by the
+    source, which parses its text). Other journals: always."""
+    from oncelog.framing.csvlines import csv_columns
+    from oncelog.tables.segments import csv_doc_fits
+
+    if spec.content_type != "text/csv" or "doc" not in file_schema.names:
+        return True
+    try:
+        names = csv_columns(spec)
+    except ValueError:
+        return False
+    if not names:
+        return True
+    doc = file_schema.field("doc").type
+    return pa.types.is_struct(doc) and csv_doc_fits(doc, names)
+
+
 def _plan_journal(
     client: JournalClient,
     options: ReadOptions,
@@ -282,7 +301,7 @@ def _plan_journal(
                 f"{rec.describe()}: {found}; its range is read from the journal",
                 SegmentWarning, stacklevel=3,
             )
-        elif _fits(found, arrow, options.uuid_field):
+        elif _fits(found, arrow, options.uuid_field) and _csv_names_fit(spec, found):
             continue
         if i == 0:
             return None  # nothing for the JVM: the source reads the journal as always
