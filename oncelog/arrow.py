@@ -229,7 +229,9 @@ def _read(
                 return merged
         text = _read(client, journal, end, False, proto_class, chunk_bytes, None,
                      segments=False)
-        return _csv_fields(text, journal, names)
+        from oncelog.tables.csvdoc import csv_fields
+
+        return csv_fields(text, journal, names)
     if parse and content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:
         raise ValueError(
             f"parse=True reads JSON documents; journal {journal!r} holds {content_type}"
@@ -293,43 +295,3 @@ def _is_csv(content_type: str) -> bool:
     from oncelog.framing import CONTENT_TYPE_CSV
 
     return content_type.split(";")[0].strip().lower() == CONTENT_TYPE_CSV
-
-
-def _csv_fields(table: "pa.Table", journal: str, names: list[str]) -> "pa.Table":
-    """`table` (CSV records as text in `message`) with `message` replaced by a string column
-    per CSV column, named by `names`, the journal's recorded header (see
-    `read_committed_arrow`). Every field is kept: a record longer than the header adds
-    `_<n>` columns, a shorter one has nulls."""
-    import csv
-
-    import pyarrow as pa
-
-    from oncelog.errors import BadMessage
-
-    meta = table.drop_columns(["message"])
-    texts = table.column("message").to_pylist()
-    try:
-        rows = list(csv.reader(texts, strict=True))
-    except csv.Error:
-        rows = []
-    if len(rows) != len(texts):  # the framing read these records: only a corrupt segment
-        begins, ends = table.column("begin").to_pylist(), table.column("end").to_pylist()
-        for text, begin, stop in zip(texts, begins, ends, strict=True):
-            try:
-                parsed = list(csv.reader([text], strict=True))
-            except csv.Error as exc:
-                parsed, reason = [], str(exc)
-            else:
-                reason = f"{len(parsed)} records in one message"
-            if len(parsed) != 1:
-                raise BadMessage(f"malformed CSV record ({reason}): {text[:60]!r}",
-                                 journal=journal, begin=begin, end=stop)
-        raise BadMessage(f"journal {journal}: committed CSV records do not parse one by one")
-    width = max([len(names), *map(len, rows)])
-    for position in range(width):
-        name = names[position] if position < len(names) else f"_{position}"
-        if name in meta.column_names:  # the UUID column `uuid`: already the `uuid` column
-            continue
-        values = [row[position] if position < len(row) else None for row in rows]
-        meta = meta.append_column(name, pa.array(values, pa.string()))
-    return meta

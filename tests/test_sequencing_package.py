@@ -82,7 +82,8 @@ def test_the_package_holds_the_modules() -> None:
     """Guards the walks below: they would pass vacuously over an empty package."""
     names = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert names == [
-        "__init__.py", "bulkcommit.py", "errors.py", "kernel.py", "native.py", "plan.py",
+        "__init__.py", "bulkcommit.py", "columnar.py", "errors.py", "kernel.py", "native.py",
+        "plan.py",
     ]
     assert "oncelog.sequencing.kernel" in imported_modules(PACKAGE / "plan.py")
     assert "oncelog._native" in imported_modules(PACKAGE / "native.py")

@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import oncelog.arrow
 from oncelog.arrow import read_committed_arrow
 from oncelog.coordination import MetaStore
 from oncelog.framing.csvlines import CSV_COLUMNS_LABEL, csv_column_labels
@@ -21,7 +20,7 @@ from oncelog.journal import JournalClient, JournalSpec
 from oncelog.message import CSVRecord
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
-from oncelog.tables import SEGMENTS_LABEL, dataset, merge_on_read
+from oncelog.tables import SEGMENTS_LABEL, csvdoc, dataset, merge_on_read
 from oncelog.tables.segments import SegmentRecord, file_path, segment_records
 from oncelog.testing.fixtures import StoreTarget
 
@@ -101,15 +100,15 @@ def doc_type(client: JournalClient, rec: SegmentRecord) -> pa.DataType | None:
 
 
 def csv_parsed_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The row counts of every CSV text parse (`_csv_fields`) from now on."""
+    """The row counts of every CSV text parse (`csv_fields`) from now on."""
     seen: list[int] = []
-    original = oncelog.arrow._csv_fields
+    original = csvdoc.csv_fields
 
     def spy(table: pa.Table, journal: str, names: list[str]) -> pa.Table:
         seen.append(table.num_rows)
         return original(table, journal, names)
 
-    monkeypatch.setattr(oncelog.arrow, "_csv_fields", spy)
+    monkeypatch.setattr(csvdoc, "csv_fields", spy)
     return seen
 
 

@@ -121,6 +121,11 @@ class AsyncAppend:
     def journal(self) -> str:
         return self._appender.journal
 
+    @property
+    def appender(self) -> Appender:
+        """The appender this append was started on (for `Appender.hold`)."""
+        return self._appender
+
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Add bytes to this append; returns their count."""
         if self._end != _OPEN:
@@ -720,7 +725,7 @@ class Appender:
 
 def appender_of(append: AsyncAppend) -> Appender:
     """The appender an append was started on (for `Appender.hold`)."""
-    return append._appender
+    return append.appender
 
 
 def first_failure(appends: Iterable[AsyncAppend], wait: bool = True) -> AppendFailed | None:

@@ -37,14 +37,25 @@ from __future__ import annotations
 
 import struct
 from array import array
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from oncelog.errors import SequencerError
 from oncelog.identity import ACK_TXN, CONTINUE_TXN, OUTSIDE_TXN, Envelope, parse_uuid_fields
 from oncelog.message import JSONLine, lazy_uuid_text
 
-if TYPE_CHECKING:
-    from oncelog.sequencer import Sequencer
+
+class Sequencer(Protocol):
+    """What the fast path uses of `oncelog.sequencer.Sequencer` (above this package, so
+    named here by its methods)."""
+
+    @property
+    def dequeued(self) -> Any: ...
+
+    def has_pending(self) -> bool: ...
+
+    def checkpoint(self, prune_horizon: Any = ...) -> tuple[dict[str, int], list[Any]]: ...
+
+    def committed(self, envelopes: Any, replay: Any = ..., *, acks: bool = ...) -> Any: ...
 
 __all__ = ["ColumnarState", "committed_columns", "MAX_CARRY"]
 

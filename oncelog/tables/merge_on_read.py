@@ -183,7 +183,7 @@ def committed_table(
 
     `csv_names`, with `parse`: the journal is CSV and records these column names; its
     records become string columns as `read_committed_arrow` makes them
-    (`oncelog.arrow._csv_fields`), taken from the `doc` columns of segments written by the
+    (`oncelog.tables.csvdoc.csv_fields`), taken from the `doc` columns of segments written by the
     same names and parsed from the text elsewhere (the tail, segments written before the
     names were recorded)."""
     with needs_extra("arrow", "read_committed_arrow"):
@@ -223,9 +223,9 @@ def committed_table(
     if not parse:
         return select_columns(table, columns)
     if csv_names is not None:  # as read_committed_arrow parses a CSV journal's records
-        from oncelog.arrow import _csv_fields
+        from oncelog.tables.csvdoc import csv_fields
 
-        return select_columns(_csv_fields(table, journal, list(csv_names)), columns)
+        return select_columns(csv_fields(table, journal, list(csv_names)), columns)
     meta = table.drop_columns(["message"])
     # As read_committed_arrow does when one pass cannot type every document: parse the
     # committed documents' text as a whole.

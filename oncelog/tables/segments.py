@@ -418,17 +418,17 @@ def _recorded_csv_columns(spec: JournalSpec) -> list[str] | None:
 def csv_documents(table: pa.Table, journal: str, names: Sequence[str]) -> pa.Table | None:
     """The CSV records of `table` (text in `message`, every metadata column present) as the
     string columns `read_committed_arrow(parse=True)` gives them for the journal's recorded
-    column names `names` (its own mapping, `oncelog.arrow._csv_fields`: the UUID column
+    column names `names` (its own mapping, `oncelog.tables.csvdoc.csv_fields`: the UUID column
     under its name unless named like a metadata column, null for a field a record lacks,
     `_<n>` past the header), without the metadata columns; None if they cannot be columns
     of one struct (a name repeated by a `_<n>` column, records that do not parse one by
     one). Invariant: the columns are `csv_doc_fits` for `names`."""
-    from oncelog.arrow import _csv_fields
     from oncelog.errors import BadMessage
+    from oncelog.tables.csvdoc import csv_fields
 
     meta = [n for n in table.column_names if n != "message"]
     try:
-        fields = _csv_fields(table, journal, list(names))
+        fields = csv_fields(table, journal, list(names))
     except BadMessage:
         return None
     docs = fields.drop_columns(meta)
