@@ -174,6 +174,29 @@ def test_an_explicit_flush_then_the_ack_as_its_own_append(memory_store: StoreTar
 # -- the appender: nothing queued behind a failed batch is written ----------------------------
 
 
+class GatedFailure:
+    """Makes the store's first fragment write (every attempt at it) fail, once `gate` is
+    set; `entered` is set when that write begins; any other write, or any write after
+    `failing` is cleared, is stored. Installed on `client`'s backend at construction."""
+
+    def __init__(self, client: JournalClient) -> None:
+        store_backend: Any = client.store.backend
+        backend = store_backend.inner
+        self.original = backend.write
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.failing = True
+        self.doomed: list[str] = []
+        backend.write = self.write
+
+    def write(self, path: str, data: Any) -> None:
+        if self.failing and (not self.doomed or self.doomed[0] == path):
+            self.doomed[:1] = [path]
+            self.entered.set()
+            assert self.gate.wait(30)
+            raise OSError("disk on fire")
+        self.original(path, data)
+
+
 def test_appends_queued_behind_a_failed_batch_are_not_written(memory_store: StoreTarget) -> None:
     """Batch A fails while B (released) and C (being appended) wait in the open batch: both
     fail, unwritten (before, the open batch was written after A failed), and the next append
@@ -181,24 +204,9 @@ def test_appends_queued_behind_a_failed_batch_are_not_written(memory_store: Stor
     client = memory_store.open(retry_timeout=0.2)
     try:
         name = new_journal(client)
-        store_backend: Any = client.store.backend
-        backend = store_backend.inner
-        original = backend.write
-        entered, gate = threading.Event(), threading.Event()
-        failing = [True]
-        doomed: list[str] = []
+        gated = GatedFailure(client)
+        entered, gate = gated.entered, gated.gate
 
-        def write(path: str, data: Any) -> None:
-            # The first fragment written (every attempt at it) fails once the gate opens;
-            # any other is stored.
-            if failing[0] and (not doomed or doomed[0] == path):
-                doomed[:1] = [path]
-                entered.set()
-                assert gate.wait(30)
-                raise OSError("disk on fire")
-            original(path, data)
-
-        backend.write = write
         a = client.start_append(name)
         a.write(b"first\n")
         a.release()
@@ -216,7 +224,7 @@ def test_appends_queued_behind_a_failed_batch_are_not_written(memory_store: Stor
         for queued in (b, c):
             with pytest.raises(AppendFailed, match="was not made: it was queued behind"):
                 queued.result(30)
-        failing[0] = False
+        gated.failing = False
         assert client.append(name, b"fourth\n") == AppendResult(0, 7)
         assert client.read(name).read() == b"fourth\n"
     finally:
@@ -270,22 +278,8 @@ def test_messages_failing_behind_an_enqueued_ack_keep_it_from_being_durable(
     client = memory_store.open(retry_timeout=0.2)
     try:
         name = make_journal(client, "fused/behind")
-        store_backend: Any = client.store.backend
-        backend = store_backend.inner
-        original = backend.write
-        entered, gate = threading.Event(), threading.Event()
-        failing = [True]
-        doomed: list[str] = []
-
-        def write(path: str, data: Any) -> None:
-            # The first fragment written (every attempt at it) fails once the gate opens;
-            # any other is stored.
-            if failing[0] and (not doomed or doomed[0] == path):
-                doomed[:1] = [path]
-                entered.set()
-                assert gate.wait(30)
-                raise OSError("disk on fire")
-            original(path, data)
+        gated = GatedFailure(client)
+        entered, gate = gated.entered, gated.gate
 
         pub = Publisher(client)
         appender = client._appender(name)
@@ -300,7 +294,6 @@ def test_messages_failing_behind_an_enqueued_ack_keep_it_from_being_durable(
             except BaseException as exc:  # noqa: BLE001 - checked below
                 outcome.append(exc)
 
-        backend.write = write
         thread = threading.Thread(target=transact)
         thread.start()
         # The ACK is released into the open batch behind the message's failing one.
@@ -311,7 +304,7 @@ def test_messages_failing_behind_an_enqueued_ack_keep_it_from_being_durable(
         (error,) = outcome
         assert isinstance(error, AppendFailed)
         assert "nothing was committed" in str(error) and "'fused/behind'" in str(error)
-        failing[0] = False
+        gated.failing = False
         assert client.fragments(name) == []
         assert acks(client, name) == []
         # The publisher goes on under a new producer: its next commit is its own only.

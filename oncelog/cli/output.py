@@ -171,15 +171,14 @@ class Column:
     numeric: bool = False
 
 
-def print_table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]]) -> None:
-    """A table on stdout: boxed and coloured on a terminal, plain aligned columns otherwise
-    (easy to cut and awk), with no trailing blanks."""
+def rich_table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]], *,
+               tty: bool) -> Any:
+    """The rich Table every command prints: on a terminal (`tty`) boxed with bold headers,
+    otherwise plain aligned columns; numeric columns right-aligned; None shown as `-`."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    tty = _isatty(sys.stdout)
     table = Table(
         box=box.SIMPLE_HEAD if tty else None,
         show_edge=False,
@@ -191,6 +190,16 @@ def print_table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]]) 
         table.add_column(col.header, justify="right" if col.numeric else "left", no_wrap=not tty)
     for row in rows:
         table.add_row(*(Text("-" if v is None else str(v)) for v in row))
+    return table
+
+
+def print_table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]]) -> None:
+    """A table on stdout: boxed and coloured on a terminal, plain aligned columns otherwise
+    (easy to cut and awk), with no trailing blanks."""
+    from rich.console import Console
+
+    tty = _isatty(sys.stdout)
+    table = rich_table(columns, rows, tty=tty)
     if tty:
         Console(highlight=False).print(table)
         return

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from oncelog.cli.app import State, cli, describe_error, pass_state, store_options
-from oncelog.cli.output import iso_time
+from oncelog.cli.output import Column, iso_time, rich_table
 from oncelog.cli.params import DURATION, format_duration, format_size, selector_option
 
 if TYPE_CHECKING:
@@ -277,23 +277,12 @@ def _age(age: float | None) -> str:
 def render_frame(frame: Frame, *, tty: bool) -> Any:
     """The frame as one rich renderable: a title line and a table per section that has
     rows. On a terminal (`tty`) tables are boxed with bold headers; otherwise plain."""
-    from rich import box
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[Any]:
-        t = Table(
-            box=box.SIMPLE_HEAD if tty else None,
-            show_edge=False,
-            pad_edge=False,
-            header_style="bold" if tty else "",
-        )
-        for h in headers:
-            numeric = h in _NUMERIC
-            t.add_column(h, justify="right" if numeric else "left", no_wrap=not tty)
-        for row in rows:
-            t.add_row(*(Text("-" if v is None else str(v)) for v in row))
+        columns = [Column(h, numeric=h in _NUMERIC) for h in headers]
+        t = rich_table(columns, rows, tty=tty)
         return [Text(""), Text(title, style="bold cyan" if tty else ""), t]
 
     where = f"{frame.store}" + (f" (selector {frame.selector!r})" if frame.selector else "")
