@@ -41,3 +41,26 @@ def spy_local_block_reads(client: JournalClient, calls: list[tuple[Any, ...]]) -
         return Spy(original(fragment, blocks))
 
     store.open_pieces = open_pieces  # type: ignore[method-assign]
+
+
+def write_pipeline_output(client: JournalClient, name: str) -> None:
+    """Journal `name` (created beforehand, JSON lines) as a pipeline leaves it: committed
+    messages n=1 and n=5, a committed transaction of n=2 and n=3 (with its ACK), and a
+    rolled-back one of n=4 (its pending message plus a rollback ACK)."""
+    import pytest
+
+    from oncelog.framing import CONTENT_TYPE_JSON_LINES
+    from oncelog.message import JSONMessage
+    from oncelog.publisher import Publisher
+
+    pub = Publisher(client)
+    to = lambda _msg: (name, CONTENT_TYPE_JSON_LINES)  # noqa: E731
+    pub.publish_committed(to, JSONMessage({"n": 1})).result()
+    with pub.transaction():
+        for n in (2, 3):
+            pub.publish_uncommitted(to, JSONMessage({"n": n}))
+    with pytest.raises(RuntimeError):
+        with pub.transaction():
+            pub.publish_uncommitted(to, JSONMessage({"n": 4}))
+            raise RuntimeError("roll back")
+    pub.publish_committed(to, JSONMessage({"n": 5})).result()

@@ -25,6 +25,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from journal_support import write_pipeline_output
 
 from oncelog.cli.params import (
     format_duration,
@@ -39,13 +40,11 @@ from oncelog.journal import Fragment, JournalClient, JournalSpec
 from oncelog.journal.fragment import content_sum
 from oncelog.message import (
     Flags,
-    JSONMessage,
     build_uuid,
     clock_from_unix_ns,
     get_clock,
     new_producer_id,
 )
-from oncelog.publisher import Publisher
 from oncelog.reading import read_committed, read_uncommitted
 
 _FOUND = shutil.which("oncelog", path=os.path.dirname(sys.executable))
@@ -311,17 +310,7 @@ def test_append_read_head_fragments(cli: Cli, tmp_path: Any) -> None:
 def test_committed_read_matches_the_library(cli: Cli) -> None:
     client = cli.client
     client.create(JournalSpec("txn", {"content-type": CONTENT_TYPE_JSON_LINES}))
-    pub = Publisher(client)
-    to_txn = lambda _msg: ("txn", CONTENT_TYPE_JSON_LINES)  # noqa: E731
-    pub.publish_committed(to_txn, JSONMessage({"n": 1})).result()
-    with pub.transaction():
-        for n in (2, 3):
-            pub.publish_uncommitted(to_txn, JSONMessage({"n": n}))
-    with pytest.raises(RuntimeError):
-        with pub.transaction():
-            pub.publish_uncommitted(to_txn, JSONMessage({"n": 4}))
-            raise RuntimeError("roll back")
-    pub.publish_committed(to_txn, JSONMessage({"n": 5})).result()
+    write_pipeline_output(client, "txn")
 
     committed = list(read_committed(client, "txn"))
     docs = cli.json_lines("read", "txn", "--committed", "--format", "json")

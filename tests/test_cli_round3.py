@@ -17,12 +17,12 @@ from typing import Any
 
 import orjson
 import pytest
+from journal_support import write_pipeline_output
 
 from oncelog.framing import CONTENT_TYPE_JSON_LINES, encode_fixed_frame
 from oncelog.journal import Fragment, JournalClient, JournalSpec, open_journals
 from oncelog.journal.fragment import content_sum
-from oncelog.message import Flags, JSONMessage, build_uuid, clock_from_unix_ns
-from oncelog.publisher import Publisher
+from oncelog.message import Flags, build_uuid, clock_from_unix_ns
 from oncelog.reading import read_committed, read_uncommitted
 
 _FOUND = shutil.which("oncelog", path=os.path.dirname(sys.executable))
@@ -87,17 +87,7 @@ def _pipeline_output(client: JournalClient, name: str) -> None:
     """A journal as a pipeline leaves it: committed messages, a committed transaction (with
     its ACK), a rolled-back one (pending messages plus a rollback ACK)."""
     client.create(JournalSpec(name, NDJSON))
-    pub = Publisher(client)
-    to = lambda _msg: (name, CONTENT_TYPE_JSON_LINES)  # noqa: E731
-    pub.publish_committed(to, JSONMessage({"n": 1})).result()
-    with pub.transaction():
-        for n in (2, 3):
-            pub.publish_uncommitted(to, JSONMessage({"n": n}))
-    with pytest.raises(RuntimeError):
-        with pub.transaction():
-            pub.publish_uncommitted(to, JSONMessage({"n": 4}))
-            raise RuntimeError("roll back")
-    pub.publish_committed(to, JSONMessage({"n": 5})).result()
+    write_pipeline_output(client, name)
 
 
 def _journal_bytes(client: JournalClient, name: str) -> bytes:
