@@ -44,7 +44,7 @@ from pyspark.sql.datasource import InputPartition
 
 from oncelog.spark.batch import OncelogBatchReader
 from oncelog.spark.errors import OptionError
-from oncelog.spark.options import ReadOptions
+from oncelog.spark.options import ReadOptions, json_object_option
 from oncelog.spark.schema import arrow_schema
 from oncelog.spark.segmented import TailPartition, usable_with
 from oncelog.tables.errors import SegmentWarning
@@ -118,12 +118,7 @@ def parse_tails(text: str) -> dict[str, TailPartition]:
     """The tail partitions the `tails` option asks for, by journal (offsets `[begin, end)`
     read from frames with the producer states at `begin`); OptionError naming the journal
     if the option is not such a JSON object."""
-    try:
-        doc = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise OptionError(f"option 'tails' is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise OptionError("option 'tails' must be a JSON object of journals")
+    doc = json_object_option("tails", text, " of journals")
     out: dict[str, TailPartition] = {}
     for journal, tail in doc.items():
         try:

@@ -26,7 +26,10 @@ from oncelog.labels import LabelSelector
 from oncelog.spark.errors import OptionError
 from oncelog.transactions import validate_transaction_id
 
-__all__ = ["OptionError", "ReadOptions", "StoreOptions", "WriteOptions", "parse_bool"]
+__all__ = [
+    "OptionError", "ReadOptions", "StoreOptions", "WriteOptions", "json_object_option",
+    "parse_bool",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +74,23 @@ def _float(options: Mapping[str, str], name: str, default: float) -> float:
     return number
 
 
+def json_object_option(name: str, text: str, what: str = "") -> dict[str, Any]:
+    """Option `name`'s value `text` as a JSON object; OptionError saying which option is
+    not JSON, or not an object (`what`: of what, for the message)."""
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise OptionError(f"option {name!r} is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise OptionError(f"option {name!r} must be a JSON object{what}")
+    return parsed
+
+
 def _storage_options(options: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     text = options.get("storage_options")
     if text:
-        try:
-            parsed = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            raise OptionError(f"option 'storage_options' is not JSON: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise OptionError("option 'storage_options' must be a JSON object")
-        out.update(parsed)
+        out.update(json_object_option("storage_options", text))
     for name in ("key", "secret", "token", "endpoint_url"):
         if options.get(name):
             out[name] = options[name]
