@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog._extras import needs_extra
 from oncelog.framing import CONTENT_TYPE_JSON_LINES
+from oncelog.framing.protoclass import is_protobuf, recorded_proto_class
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -173,6 +174,12 @@ def read_committed_arrow(
     lacks is null, and fields past the header's columns are `_<n>` (n counting from 0).
     Without recorded names, `parse=True` on a CSV journal is a ValueError saying so.
 
+    A fixed-framed (protobuf) journal is read with `proto_class` (`module:Class`), or else
+    the class its spec records (label `oncelog.dev/protobuf-class`); `parse=True` replaces
+    its `message` column (the payloads) by the messages' fields, one column each
+    (`oncelog.tables.protodoc`: exact types, null for an unset field with presence; the
+    UUID field and fields named like the other columns left out).
+
     History sealed by compaction is read from the journal's columnar segments (see
     oncelog.tables): the same rows, order and offsets, without decoding or parsing (a
     named CSV journal's fields from the segments' `doc` columns, when they were written by
@@ -232,11 +239,22 @@ def _read(
         from oncelog.tables.csvdoc import csv_fields
 
         return csv_fields(text, journal, names)
+    recorded = recorded_proto_class(spec)
+    if proto_class is None:
+        proto_class = recorded
+    if parse and is_protobuf(content_type) and proto_class is not None:
+        return _protobuf_fields(
+            client, journal, end, proto_class, chunk_bytes, columns,
+            segments=segments and proto_class == recorded,
+        )
     if parse and content_type.split(";")[0].strip() != CONTENT_TYPE_JSON_LINES:
         raise ValueError(
-            f"parse=True reads JSON documents; journal {journal!r} holds {content_type}"
+            f"parse=True reads JSON documents, CSV records by their recorded column names, or"
+            f" protobuf messages by their class; journal {journal!r} holds {content_type}"
+            + (" and records no class (label oncelog.dev/protobuf-class): give proto_class"
+               if is_protobuf(content_type) else "")
         )
-    if proto_class is None and segments:
+    if proto_class == recorded and segments:
         # Sealed history from the journal's columnar segments, the rest from its frames.
         from oncelog.tables.merge_on_read import committed_table
 
@@ -289,6 +307,51 @@ def _read(
     for name in docs.column_names:
         meta = meta.append_column(name, docs.column(name))
     return meta
+
+
+def _protobuf_fields(
+    client: "JournalClient",
+    journal: str,
+    end: int | None,
+    proto_class: str,
+    chunk_bytes: int,
+    columns: "Sequence[str] | None",
+    *,
+    segments: bool,
+) -> "pa.Table":
+    """`read_committed_arrow(parse=True)` of a fixed-framed journal: its messages' fields
+    as columns (`oncelog.tables.protodoc`), from its segments' `doc` columns where they
+    hold them (`segments`: the class is the one the journal records) and its payloads
+    parsed with `proto_class` elsewhere."""
+    from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL, import_proto_class
+    from oncelog.tables.protodoc import payload_documents, with_fields
+    from oncelog.tables.segments import proto_struct
+
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow as pa
+
+    cls = import_proto_class(
+        proto_class,
+        what="proto_class" if not segments else f"journal {journal!r} label {PROTOBUF_CLASS_LABEL}",
+    )
+    struct = proto_struct(cls)
+    if struct is None:
+        raise ValueError(
+            f"parse=True: journal {journal!r}'s protobuf messages ({proto_class}) cannot be"
+            " columns (a recursive message type, or no fields but the UUID): read their"
+            " payloads with parse=False"
+        )
+    if segments:
+        from oncelog.tables.merge_on_read import committed_table
+
+        merged = committed_table(
+            client, journal, end=end, parse=True, columns=columns, proto=(cls, struct)
+        )
+        if merged is not None:
+            return merged
+    table = _read(client, journal, end, False, proto_class, chunk_bytes, None, segments=False)
+    docs = payload_documents(table.column("message"), cls, struct)
+    return with_fields(table.drop_columns(["message"]), pa.chunked_array([docs], struct))
 
 
 def _is_csv(content_type: str) -> bool:

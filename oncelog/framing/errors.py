@@ -24,6 +24,7 @@ __all__ = [
     "DesyncDetected",
     "TruncatedFrame",
     "CSVColumnsError",
+    "ProtoClassError",
 ]
 
 
@@ -35,6 +36,12 @@ class CSVColumnsError(FramingError, ValueError):
     """A CSV journal's column names that cannot be recorded or read back: an empty or
     repeated name, a name too long for a label, a malformed `oncelog.dev/csv-columns`
     label, or a header that differs from the columns the journal has."""
+
+
+class ProtoClassError(FramingError, ValueError):
+    """A protobuf message class that cannot be used for a journal: a name that is not
+    `module:Class`, a module or attribute that does not import, or a class that is not a
+    protobuf message with the UUID field."""
 
 
 class UnknownContentType(FramingError, LookupError):

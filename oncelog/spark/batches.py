@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import array
 import functools
-import importlib
 import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ from oncelog.errors import BadMessage
 from oncelog.framing import (
     CONTENT_TYPE_CSV,
     CONTENT_TYPE_JSON_LINES,
-    CONTENT_TYPE_PROTOBUF_FIXED,
     CSVFraming,
     Framing,
     JSONFraming,
@@ -39,6 +37,13 @@ from oncelog.framing import (
 )
 from oncelog.framing.base import gc_paused, snippet
 from oncelog.framing.csvlines import csv_columns
+from oncelog.framing.errors import ProtoClassError
+from oncelog.framing.protoclass import (
+    PROTOBUF_CLASS_LABEL,
+    import_proto_class,
+    is_protobuf,
+    recorded_proto_class,
+)
 from oncelog.journal import JournalClient
 from oncelog.message import FLAGS_MASK, CSVRecord, Envelope, Flags, JSONMessage, ProtoMessage
 from oncelog.spark.options import OptionError, ReadOptions
@@ -441,7 +446,9 @@ class RangeDecoder:
         offsets = self._offsets(base, begins, last)
         if kind.spark_type == "binary":
             raw = pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(chunk)])
-            return pc.binary_slice(raw, 8)  # drop the fixed frame's header
+            # Drop the fixed frame's header. `stop` is given: with its default, pyarrow's
+            # binary_slice overflows sizing its output (apache/arrow#51222).
+            return pc.binary_slice(raw, 8, max(len(chunk), 8))
         text = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(chunk)])
         if isinstance(self.framing, CSVFraming):
             text.validate(full=True)
@@ -669,21 +676,26 @@ def _json_ids(
 
 
 def new_message_factory(
-    options: ReadOptions, content_type: str, journal: str
+    options: ReadOptions, content_type: str, journal: str, recorded: str | None = None
 ) -> Callable[[Any], Any] | None:
-    """The `new_message` a journal's frames decode with (protobuf classes need `proto_class`)."""
-    if content_type.split(";", 1)[0].strip().lower() != CONTENT_TYPE_PROTOBUF_FIXED:
+    """The `new_message` a journal's frames decode with: protobuf frames need a class,
+    option `proto_class`, else `recorded` (the class the journal's spec records, label
+    `oncelog.dev/protobuf-class`); OptionError if there is none or it does not import."""
+    if not is_protobuf(content_type):
         return None
-    if not options.proto_class:
+    path, what = options.proto_class, "option proto_class"
+    if not path and recorded:
+        path, what = recorded, f"journal {journal!r} label {PROTOBUF_CLASS_LABEL}"
+    if not path:
         raise OptionError(
             f"journal {journal!r} holds protobuf frames: give option proto_class "
-            "(module:Class of the generated message, importable on every executor)"
+            "(module:Class of the generated message, importable on every executor), or "
+            f"record the class on the journal (label {PROTOBUF_CLASS_LABEL})"
         )
-    module_name, _, attr = options.proto_class.replace(":", ".").rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise OptionError(f"option proto_class {options.proto_class!r}: {exc}") from None
+        cls = import_proto_class(path, uuid_field=options.uuid_field, what=what)
+    except ProtoClassError as exc:
+        raise OptionError(str(exc)) from None
     return ProtoMessage.factory(cls, options.uuid_field)
 
 
@@ -719,7 +731,10 @@ def decoder_for(
         message_type,
         chunk_bytes=options.chunk_bytes,
         uuid_field=options.uuid_field,
-        new_message=new_message_factory(options, content_type, journal),
+        new_message=new_message_factory(
+            options, content_type, journal,
+            recorded_proto_class(client.get(journal)) if is_protobuf(content_type) else None,
+        ),
         fast=options.fast_path,
         threads=threads,
     )

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from oncelog.framing.protoclass import is_protobuf, recorded_proto_class
 from oncelog.journal import JournalClient
 from oncelog.sequencer import ProducerState, Sequencer
 from oncelog.spark.batches import RangeDecoder
@@ -63,14 +64,17 @@ def _frozen(states: States) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted((p, a, b) for p, (a, b) in states.items()))
 
 
-def usable_with(options: ReadOptions, content_type: str) -> bool:
+def usable_with(options: ReadOptions, content_type: str, recorded: str | None = None) -> bool:
     """Whether a read with these options may use segments (they hold the default reading
-    of JSON lines or CSV: the `uuid` field, the fast path, no protobuf class)."""
+    of JSON lines or CSV: the `uuid` field, the fast path, no protobuf class; or of
+    protobuf messages by the class `recorded` on the journal, which the options leave as
+    it is)."""
     base = content_type.split(";", 1)[0].strip().lower()
-    return (
-        base in _FRAMED and options.uuid_field == "uuid" and options.fast_path
-        and not options.proto_class
-    )
+    if not (options.uuid_field == "uuid" and options.fast_path):
+        return False
+    if is_protobuf(base):
+        return recorded is not None and options.proto_class in (None, "", recorded)
+    return base in _FRAMED and not options.proto_class
 
 
 def segment_partitions(
@@ -80,7 +84,8 @@ def segment_partitions(
     or None if it has none a reader would start with (then plan it as before)."""
     from oncelog.tables.merge_on_read import usable_prefix
 
-    if not usable_with(options, content_type):
+    recorded = recorded_proto_class(client.get(journal)) if is_protobuf(content_type) else None
+    if not usable_with(options, content_type, recorded):
         return None
     prefix = usable_prefix(client, journal, stop)
     if prefix is None:

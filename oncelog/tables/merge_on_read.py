@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oncelog._extras import needs_extra
 from oncelog.tables.errors import SegmentError, SegmentWarning
@@ -168,6 +168,37 @@ def _documents(parts: Sequence[pa.Table], journal: str, meta_names: list[str],
         return None
 
 
+def _protobuf_table(
+    client: JournalClient, journal: str, end: int | None, columns: Sequence[str] | None,
+    proto_class: Any, struct: pa.StructType,
+) -> pa.Table | None:
+    """`committed_table(..., parse=True)` of a fixed-framed journal whose messages are of
+    `proto_class` (`struct`: their `doc` struct): a segment's `doc` where it is `struct`
+    (written by the same class), its payloads parsed with the class elsewhere (the tail,
+    a segment written by an older version of the class), so every row's fields are what
+    the class reads from its payload."""
+    with needs_extra("arrow", "read_committed_arrow"):
+        import pyarrow as pa
+
+    from oncelog.tables.protodoc import payload_documents, with_fields
+
+    found = _parts(client, journal, end)
+    if found is None:
+        return None
+    parts, _, schema = found
+    meta_schema = pa.schema([f for f in schema if f.name != "message"])
+    meta = pa.concat_tables([p.select(meta_schema.names).cast(meta_schema) for p in parts])
+    chunks: list[pa.Array] = []
+    for part in parts:
+        if part.num_rows == 0:
+            continue
+        if "doc" in part.column_names and part.column("doc").type == struct:
+            chunks.extend(part.column("doc").chunks)
+        else:
+            chunks.append(payload_documents(part.column("message"), proto_class, struct))
+    return select_columns(with_fields(meta, pa.chunked_array(chunks, struct)), columns)
+
+
 def committed_table(
     client: JournalClient,
     journal: str,
@@ -176,6 +207,7 @@ def committed_table(
     parse: bool = False,
     columns: Sequence[str] | None = None,
     csv_names: Sequence[str] | None = None,
+    proto: tuple[Any, pa.StructType] | None = None,
 ) -> pa.Table | None:
     """`read_committed_arrow(client, journal, end=end, parse=parse, columns=columns)` read
     through the journal's segments, or None if it has none a reader could use. With
@@ -185,9 +217,16 @@ def committed_table(
     records become string columns as `read_committed_arrow` makes them
     (`oncelog.tables.csvdoc.csv_fields`), taken from the `doc` columns of segments written by the
     same names and parsed from the text elsewhere (the tail, segments written before the
-    names were recorded)."""
+    names were recorded).
+
+    `proto`, with `parse`: the journal is fixed-framed, its messages of this class with
+    this `doc` struct (`oncelog.tables.segments.proto_struct`); its rows hold the
+    messages' fields as columns after the metadata columns."""
     with needs_extra("arrow", "read_committed_arrow"):
         import pyarrow as pa
+
+    if parse and proto is not None:
+        return _protobuf_table(client, journal, end, columns, *proto)
 
     spec = client.get(journal)
     declared = declared_schema(spec) if parse and csv_names is None else None

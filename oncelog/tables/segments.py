@@ -46,13 +46,15 @@ import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import crc32c
 import orjson
 
 from oncelog._extras import needs_extra
 from oncelog.coordination import MetaStore, new_token
+from oncelog.framing.errors import ProtoClassError
+from oncelog.framing.protoclass import recorded_proto_class
 from oncelog.tables.errors import SegmentError
 
 if TYPE_CHECKING:
@@ -101,8 +103,9 @@ boundaries), so no segment needs more memory than that to write or read."""
 _RECORD_NAME = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{16})\.json$")
 
 _FRAMED = ("application/x-ndjson", "text/csv")
-"""Content types whose journals get segments (protobuf frames need the message class to
-find their UUIDs, which compaction does not have)."""
+"""Content types whose journals get segments; fixed-framed (protobuf) journals get them too
+when their spec records their message class (label `oncelog.dev/protobuf-class`), which
+their UUIDs cannot be found without."""
 
 States = dict[str, tuple[int, int]]
 """Producer states by producer id (12 hex digits): (last ACK clock, pending begin or -1)."""
@@ -123,9 +126,10 @@ class SegmentRecord:
     size: int
     rows: int
     parsed: bool
-    """Whether the rows hold a `doc` struct: the JSON documents' fields, or the CSV records'
+    """Whether the rows hold a `doc` struct: the JSON documents' fields, the CSV records'
     fields by the column names their journal recorded when the segment was written (see
-    `csv_documents`)."""
+    `csv_documents`), or the protobuf messages' fields by the class their journal recorded
+    (`oncelog.tables.protodoc`; the `message` column keeps their payloads)."""
     producers: frozenset[str]
     """Producers with at least one frame in `[begin, end)`."""
     start: States
@@ -212,6 +216,8 @@ def enabled(spec: JournalSpec) -> bool:
     """Whether compaction writes segments for journals of `spec`."""
     if (spec.labels.value(SEGMENTS_LABEL) or "").lower() in ("off", "false", "no", "0"):
         return False
+    if recorded_proto_class(spec) is not None:
+        return True
     return spec.content_type.split(";", 1)[0].strip().lower() in _FRAMED
 
 
@@ -458,6 +464,29 @@ def csv_doc_fits(doc: pa.StructType, names: Sequence[str]) -> bool:
     )
 
 
+def proto_struct(proto_class: Any) -> pa.StructType | None:
+    """The `doc` struct of a fixed-framed journal's messages of `proto_class`: their fields
+    but the UUID field and those named like metadata columns (as JSON documents' are),
+    or None if they cannot be columns (`oncelog.tables.protodoc.doc_struct`)."""
+    from oncelog.spark.schema import METADATA_COLUMNS
+    from oncelog.tables.protodoc import doc_struct
+
+    return doc_struct(proto_class.DESCRIPTOR, ["uuid", *(n for n, _ in METADATA_COLUMNS)])
+
+
+def _recorded_proto(spec: JournalSpec) -> tuple[Any, pa.StructType | None] | None:
+    """For a journal recording its protobuf class: the class and its `doc` struct; None for
+    other journals; ProtoClassError naming journal, label and why if the class does not
+    import here."""
+    from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL, import_proto_class
+
+    path = recorded_proto_class(spec)
+    if path is None:
+        return None
+    cls = import_proto_class(path, what=f"journal {spec.name!r} label {PROTOBUF_CLASS_LABEL}")
+    return cls, proto_struct(cls)
+
+
 def _cut_points(client: JournalClient, journal: str, begin: int, end: int,
                 target: int) -> list[int]:
     """Ends of the segments `[begin, end)` is cut into: fragment boundaries about `target`
@@ -497,11 +526,16 @@ def seal(
         return []
     schema = declared_schema(spec)
     names = _recorded_csv_columns(spec)
+    try:
+        proto = _recorded_proto(spec)
+    except ProtoClassError as exc:
+        log.warning("%s: no segments are written for it (its readers read fragments)", exc)
+        return []
     decoder = text_decoder(client, journal, spec.content_type)
     written: list[SegmentRecord] = []
     for end in _cut_points(client, journal, begin, through, target_bytes):
         rec = _seal_one(client, journal, decoder, begin, end, states, schema, names,
-                        incarnation)
+                        proto, incarnation)
         written.append(rec)
         begin, states = end, dict(rec.final)
     return written
@@ -516,6 +550,7 @@ def _seal_one(
     states: States,
     doc_schema: pa.Schema | None,
     csv_names: list[str] | None,
+    proto: tuple[Any, pa.StructType | None] | None,
     incarnation: str,
 ) -> SegmentRecord:
     with needs_extra("arrow", "columnar segments (oncelog.tables)"):
@@ -544,6 +579,14 @@ def _seal_one(
             )
             table = table.append_column("doc", doc)
             parsed = True
+    elif proto is not None and proto[1] is not None and table.num_rows:
+        from oncelog.tables.protodoc import payload_documents
+
+        cls, struct = proto
+        table = table.append_column(
+            "doc", payload_documents(table.column("message"), cls, struct)
+        )
+        parsed = True
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", write_page_checksum=True,
                    row_group_size=1 << 20)
