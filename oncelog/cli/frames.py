@@ -30,6 +30,7 @@ from oncelog.message import (
     Flags,
     JSONLine,
     JSONMessage,
+    ProtoMessage,
     build_uuid,
     clock_to_unix_ns,
     uuid_fields,
@@ -70,13 +71,16 @@ class Framed:
         return self.message.get_uuid()
 
 
-def new_message_for(content_type: str, fmt: str = "json") -> Callable[[Any], Any] | None:
-    """The message factory the CLI decodes `content_type` with: protobuf payloads are kept
-    as bytes (the CLI has no schema); JSON lines printed as text (`raw`, `table`) are read
-    lazily (JSONLine: the UUID taken from the line, the document never parsed); other
-    framings and formats use their default messages."""
+def new_message_for(
+    content_type: str, fmt: str = "json", proto_class: type | None = None
+) -> Callable[[Any], Any] | None:
+    """The message factory the CLI decodes `content_type` with: protobuf payloads are
+    parsed with `proto_class` (the class the journal records), else kept as bytes; JSON
+    lines printed as text (`raw`, `table`) are read lazily (JSONLine: the UUID taken from
+    the line, the document never parsed); other framings and formats use their default
+    messages."""
     if content_type == CONTENT_TYPE_PROTOBUF_FIXED:
-        return RawPayload
+        return RawPayload if proto_class is None else ProtoMessage.factory(proto_class)
     if content_type == CONTENT_TYPE_JSON_LINES and fmt in ("raw", "table"):
         return JSONLine
     return None
@@ -229,7 +233,16 @@ def _body(message: Any) -> Any:
         return message.fields
     if isinstance(message, RawPayload):
         return base64.b64encode(message.payload).decode("ascii")
+    if isinstance(message, ProtoMessage):
+        return _proto_json(message)
     return repr(message)
+
+
+def _proto_json(message: ProtoMessage) -> Any:
+    """A protobuf message as its canonical JSON mapping (field names as in the .proto)."""
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(message.proto, preserving_proto_field_name=True)
 
 
 def format_raw(env: Envelope) -> bytes:
@@ -264,6 +277,8 @@ def format_json(env: Envelope, columns: Sequence[str] | None = None) -> bytes:
 
 
 def _text(framed: Framed) -> str:
+    if isinstance(framed.message, ProtoMessage):
+        return orjson.dumps(_proto_json(framed.message)).decode("utf-8")
     if isinstance(framed.message, RawPayload):
         payload = framed.message.payload
         more = "..." if len(payload) > 16 else ""

@@ -7,8 +7,10 @@ What is printed (documented in docs/cli.md):
   left out); `--uncommitted` prints every message as stored instead, ACKs included;
 - a journal without one (a Gazette fragment store read without `--content-type`), and
   `--raw`: the journal's bytes exactly as stored, copied, not decoded;
-- protobuf journals are read uncommitted unless `--committed` is asked for (an error): the
-  command line has no schema to find their UUIDs in.
+- protobuf journals are read committed when they record their message class (label
+  `oncelog.dev/protobuf-class`, importable here), their messages printed as protobuf's JSON
+  mapping; without one they are read uncommitted (`--committed` is an error), payloads in
+  base64: the command line has no class to find their UUIDs in.
 
 `--format raw` prints each selected message's frame as stored; `json` and `table` decode
 it. Without `--follow` the journals of a selector are read one after the other; with it,
@@ -372,7 +374,8 @@ def _stream(
     from oncelog.framing import for_content_type
 
     content_type = _content_type(client, name, plan.content_type, required=False)
-    committed = _reads_committed(name, plan, content_type)
+    proto_class = _proto_class(client, name, content_type, plan)
+    committed = _reads_committed(name, plan, content_type, proto_class is not None)
     if plan.copies_bytes(committed, merged):
         reader = client.read(name, start, block=plan.follow)
         try:
@@ -385,11 +388,11 @@ def _stream(
         return
     if content_type is None:
         raise _no_framing(name)
-    if committed and content_type == "application/x-protobuf-fixed":
+    if committed and content_type == "application/x-protobuf-fixed" and proto_class is None:
         raise click.ClickException(
             f"cannot read journal {name} committed: its protobuf messages' UUIDs need their "
-            "schema, which the command line does not have (read it --uncommitted, or use "
-            "the library)"
+            "class, and the journal records none (label oncelog.dev/protobuf-class): read "
+            "it --uncommitted, or record the class"
         )
     framing = for_content_type(content_type)
     on_error = _warn_and_skip if plan.skip_errors else None
@@ -399,7 +402,7 @@ def _stream(
         name,
         framing,
         start,
-        new_message=new_message_for(content_type, plan.fmt),
+        new_message=new_message_for(content_type, plan.fmt, proto_class),
         block=plan.follow,
         on_error=on_error,
         progress=bar,
@@ -410,21 +413,51 @@ def _stream(
         envelopes.close()  # type: ignore[attr-defined]
 
 
-def _reads_committed(name: str, plan: _Plan, content_type: str | None) -> bool:
+def _proto_class(
+    client: JournalClient, name: str, content_type: str | None, plan: _Plan
+) -> type | None:
+    """The protobuf class journal `name` records (label `oncelog.dev/protobuf-class`), if
+    it is read as a protobuf journal, records one, and the class imports here (else a
+    warning naming the import error: its messages are then printed as payloads)."""
+    from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
+    from oncelog.framing.errors import ProtoClassError
+    from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL, import_proto_class
+    from oncelog.journal.errors import JournalNotFound
+
+    if content_type != CONTENT_TYPE_PROTOBUF_FIXED or plan.committed is False:
+        return None
+    try:
+        path = client.get(name).labels.value(PROTOBUF_CLASS_LABEL)
+    except JournalNotFound:
+        return None
+    if not path:
+        return None
+    try:
+        return import_proto_class(path, what=f"journal {name} label {PROTOBUF_CLASS_LABEL}")
+    except ProtoClassError as exc:
+        warn(str(exc))
+        return None
+
+
+def _reads_committed(
+    name: str, plan: _Plan, content_type: str | None, has_class: bool = False
+) -> bool:
     """Whether journal `name` is read committed: as asked (`--committed`, `--uncommitted`,
     `--raw`), else whenever its messages can be sequenced here, i.e. it has a framing whose
-    UUIDs the command line can see. Protobuf journals are read uncommitted, with a warning
-    (their UUIDs need the schema); journals without a known framing print their bytes."""
+    UUIDs the command line can see. Protobuf journals are read committed when they record
+    an importable class (`has_class`), else uncommitted with a warning; journals without a
+    known framing print their bytes."""
     from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED, UnknownContentType, for_content_type
 
     if plan.committed is not None:
         return plan.committed
     if content_type is None:
         return False
-    if content_type == CONTENT_TYPE_PROTOBUF_FIXED:
+    if content_type == CONTENT_TYPE_PROTOBUF_FIXED and not has_class:
         warn(
             f"journal {name} holds protobuf messages, whose UUIDs the command line cannot "
-            "see (no schema): printing every message, uncommitted"
+            "see without their class (label oncelog.dev/protobuf-class): printing every "
+            "message, uncommitted"
         )
         return False
     try:
