@@ -421,6 +421,10 @@ class RangeDecoder:
             return [e.message.doc.get(field) for e in envs]
         if type(first) is CSVRecord:
             return [e.message.fields[0] if e.message.fields else None for e in envs]
+        if type(first) is ProtoMessage and not first._is_bytes_field():
+            # The UUID strings as stored (a row that is not canonical is fixed by `_fix_uuid`).
+            field = first.uuid_field
+            return [getattr(e.message.proto, field) for e in envs]
         return [None] * len(envs)
 
     def _fix_uuid(self, envs: list[Envelope], row: int) -> str:

@@ -111,48 +111,80 @@ def _has_presence(field: Any) -> bool:
     return bool(getattr(field, "has_presence", field.message_type is not None))
 
 
-def _plain(field: Any, value: Any) -> Any:
-    if field.message_type is not None:
-        return _row(value, None)
-    return value
+_SCALAR, _PRESENT, _MESSAGE, _LIST, _MESSAGES, _MAP, _MAP_MESSAGES = range(7)
+"""How a field's value becomes a column value: as it is; None unless set (presence); a
+nested message's row unless unset; a list; a list of rows; map entries by key (values as
+they are, or rows)."""
 
 
-def _row(message: Any, names: Sequence[str] | None) -> dict[str, Any]:
-    """One message as a dict for `pa.array(..., type=struct)` (fields `names`, all if None)."""
-    descriptor = message.DESCRIPTOR
+def _plan(descriptor: Any, names: Sequence[str] | None) -> list[tuple[str, int]]:
+    """(name, how) for fields `names` of `descriptor` (all if None), decided once per call
+    rather than once per message."""
     fields = descriptor.fields if names is None else [descriptor.fields_by_name[n] for n in names]
-    row: dict[str, Any] = {}
+    plan = []
     for field in fields:
-        value = getattr(message, field.name)
         if _is_map(field):
-            value_field = field.message_type.fields_by_name["value"]
-            row[field.name] = [(k, _plain(value_field, value[k])) for k in sorted(value)]
+            value = field.message_type.fields_by_name["value"]
+            how = _MAP_MESSAGES if value.message_type is not None else _MAP
         elif _is_repeated(field):
-            row[field.name] = [_plain(field, v) for v in value]
-        elif _has_presence(field) and not message.HasField(field.name):
-            row[field.name] = None
+            how = _MESSAGES if field.message_type is not None else _LIST
+        elif field.message_type is not None:
+            how = _MESSAGE
+        elif _has_presence(field):
+            how = _PRESENT
         else:
-            row[field.name] = _plain(field, value)
-    return row
+            how = _SCALAR
+        plan.append((field.name, how))
+    return plan
+
+
+def _values(messages: Sequence[Any], name: str, how: int) -> list[Any]:
+    """Field `name` of every message, as `how` says it becomes a column value."""
+    if how == _SCALAR:
+        return [getattr(m, name) for m in messages]
+    if how == _PRESENT:
+        return [getattr(m, name) if m.HasField(name) else None for m in messages]
+    if how == _MESSAGE:
+        return [_row(getattr(m, name)) if m.HasField(name) else None for m in messages]
+    if how == _LIST:
+        return [list(getattr(m, name)) for m in messages]
+    if how == _MESSAGES:
+        return [[_row(v) for v in getattr(m, name)] for m in messages]
+    if how == _MAP:
+        return [sorted(getattr(m, name).items()) for m in messages]
+    return [[(k, _row(v)) for k, v in sorted(getattr(m, name).items())] for m in messages]
+
+
+def _row(message: Any) -> dict[str, Any]:
+    """A nested message as a dict for `pa.array(..., type=struct)`."""
+    return {
+        name: _values([message], name, how)[0] for name, how in _plan(message.DESCRIPTOR, None)
+    }
 
 
 def doc_array(messages: Iterable[Any], struct: pa.StructType) -> pa.StructArray:
     """`messages` (parsed protobuf messages of one class) as an array of `struct`, made by
-    `doc_struct` for their class."""
+    `doc_struct` for their class: a column per field, built a field at a time."""
     with needs_extra("arrow", "protobuf columns (oncelog.tables)"):
         import pyarrow as pa
 
-    names = [struct.field(i).name for i in range(struct.num_fields)]
-    rows = [_row(m, names) for m in messages]
-    array: pa.StructArray = pa.array(rows, type=struct)
-    return array
+    rows = list(messages)
+    fields = [struct.field(i) for i in range(struct.num_fields)]
+    if not rows:
+        return pa.array([], type=struct)
+    plan = _plan(rows[0].DESCRIPTOR, [f.name for f in fields])
+    columns = [
+        pa.array(_values(rows, name, how), type=field.type)
+        for (name, how), field in zip(plan, fields, strict=True)
+    ]
+    return pa.StructArray.from_arrays(columns, fields=fields)
 
 
 def payload_documents(payloads: pa.Array | pa.ChunkedArray, proto_class: Any,
                       struct: pa.StructType) -> pa.StructArray:
     """The protobuf payloads (binary) parsed with `proto_class` as an array of `struct`."""
     parse = proto_class.FromString
-    return doc_array((parse(p) for p in payloads.to_pylist()), struct)
+    return doc_array([parse(p) for p in payloads.to_pylist()], struct)
 
 
 def with_fields(meta: pa.Table, doc: pa.ChunkedArray) -> pa.Table:
