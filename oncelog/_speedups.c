@@ -1982,6 +1982,132 @@ error:
     return NULL;
 }
 
+/* decode_json_chunk: decode_json_lines with one `loads` call for the whole chunk.
+ *
+ * When every line of data[:limit] starts with `{` and no byte of it is `[`, the lines are
+ * parsed together as the JSON array `[line,line,...]` (each line keeps its newline, JSON
+ * whitespace). That parse is exactly the lines' own when it gives one dict per line:
+ * with no `[` the top-level array is the only array, so a comma we insert that is not at
+ * its level is inside an object, where the `{` after it (or the closing `]`) is a syntax
+ * error; and JSON strings cannot hold the newline before it. So every inserted comma
+ * separates top-level elements, each line holds at least one element (it starts with
+ * `{`), and n elements over n lines means one complete value per line: the value that
+ * line parses to alone (a JSON value does not depend on its context). Anything else
+ * (a syntax error, another count, a non-object) is decoded line by line by
+ * decode_json_lines, which stops where the Python path must report the error. */
+static PyObject *
+decoder_decode_json_chunk(DecoderObj *d, PyObject *args)
+{
+    Py_buffer buf;
+    long long base;
+    PyObject *journal, *uuid_field;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "y*LUUn:decode_json_chunk", &buf, &base, &journal, &uuid_field,
+                          &limit))
+        return NULL;
+    if (limit < 0 || limit > buf.len)
+        limit = buf.len;
+    const char *data = buf.buf;
+    /* The lines: data[0:limit] up to its last newline, each starting with `{`, no `[`;
+     * ends[i] is where line i ends (after its newline). */
+    while (limit > 0 && data[limit - 1] != '\n')
+        limit--;
+    Py_ssize_t n = 0, cap = 0, *ends = NULL;
+    int eligible = limit > 0 && data[0] == '{' && memchr(data, '[', (size_t)limit) == NULL;
+    for (Py_ssize_t pos = 0; eligible && pos < limit; n++) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            Py_ssize_t *grown = PyMem_Realloc(ends, (size_t)cap * sizeof(Py_ssize_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto error_nolist;
+            }
+            ends = grown;
+        }
+        pos = (const char *)memchr(data + pos, '\n', (size_t)(limit - pos)) - data + 1;
+        ends[n] = pos;
+        if (pos < limit && data[pos] != '{')
+            eligible = 0;
+    }
+    PyObject *docs = NULL;
+    if (eligible) {
+        /* "[" + line + "," + line + ... + line + "]" */
+        PyObject *text = PyBytes_FromStringAndSize(NULL, limit + n + 1);
+        if (text == NULL)
+            goto error_nolist;
+        char *w = PyBytes_AS_STRING(text);
+        *w++ = '[';
+        for (Py_ssize_t i = 0, pos = 0; i < n; pos = ends[i++]) {
+            memcpy(w, data + pos, (size_t)(ends[i] - pos));
+            w += ends[i] - pos;
+            *w++ = i + 1 < n ? ',' : ']';
+        }
+        docs = PyObject_CallOneArg(d->loads, text);
+        Py_DECREF(text);
+        if (docs == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_ValueError))
+                goto error_nolist;
+            PyErr_Clear(); /* a malformed line: found and reported line by line */
+        } else if (!PyList_CheckExact(docs) || PyList_GET_SIZE(docs) != n) {
+            Py_CLEAR(docs);
+        } else {
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (!PyDict_Check(PyList_GET_ITEM(docs, i))) {
+                    Py_CLEAR(docs); /* not an object: reported line by line */
+                    break;
+                }
+        }
+    }
+    if (docs == NULL) {
+        PyMem_Free(ends);
+        PyBuffer_Release(&buf);
+        return decoder_decode_json_lines(d, args);
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        goto error;
+    PyObject *begin = PyLong_FromLongLong(base);
+    if (begin == NULL)
+        goto error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *doc = PyList_GET_ITEM(docs, i);
+        PyObject *value = PyDict_GetItemWithError(doc, uuid_field);
+        PyObject *ids = value == NULL && PyErr_Occurred() ? NULL : ids_of(d, value);
+        PyObject *end = ids == NULL ? NULL : PyLong_FromLongLong(base + ends[i]);
+        PyObject *msg = end == NULL ? NULL : make(d, d->msg_type, d->msg_new, d->msg_alloc);
+        PyObject *env = msg == NULL ? NULL : make(d, d->env_type, d->env_new, d->env_alloc);
+        int bad = env == NULL || SET(&d->msg_attrs, M_DOC, msg, doc) < 0 ||
+                  SET(&d->msg_attrs, M_UUID_FIELD, msg, uuid_field) < 0 ||
+                  SET(&d->env_attrs, E_JOURNAL, env, journal) < 0 ||
+                  SET(&d->env_attrs, E_BEGIN, env, begin) < 0 ||
+                  SET(&d->env_attrs, E_END, env, end) < 0 ||
+                  SET(&d->env_attrs, E_MESSAGE, env, msg) < 0 ||
+                  SET(&d->env_attrs, E_IDS, env, ids) < 0;
+        Py_XDECREF(ids);
+        Py_XDECREF(msg);
+        Py_DECREF(begin);
+        if (bad) {
+            Py_XDECREF(env);
+            Py_XDECREF(end);
+            goto error;
+        }
+        PyList_SET_ITEM(out, i, env);
+        begin = end; /* one int object for a frame's end and the next frame's begin */
+    }
+    Py_DECREF(begin);
+    Py_DECREF(docs);
+    PyMem_Free(ends);
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(Nn)", out, limit);
+error:
+    Py_XDECREF(out);
+    Py_XDECREF(docs);
+error_nolist:
+    PyMem_Free(ends);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
 /* Whether needle (m > 0 bytes) occurs in hay[0:n]. */
 static int
 contains(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t m)
@@ -2127,6 +2253,10 @@ static PyMethodDef decoder_methods[] = {
      "decode_json_lines(data, base, journal, uuid_field, limit) -> (envelopes, consumed):\n"
      "Envelopes of JSONMessages for the complete lines of data[:limit], stopping before the\n"
      "first line that is not a JSON object; consumed is where decoding stopped."},
+    {"decode_json_chunk", (PyCFunction)decoder_decode_json_chunk, METH_VARARGS,
+     "decode_json_chunk(data, base, journal, uuid_field, limit) -> (envelopes, consumed):\n"
+     "decode_json_lines, with the lines parsed by one `loads` call when each starts with '{'\n"
+     "and none holds '[' (and line by line otherwise): the same envelopes and stop."},
     {"decode_json_lazy", (PyCFunction)decoder_decode_json_lazy, METH_VARARGS,
      "decode_json_lazy(data, base, journal, uuid_field, start, limit) -> (envelopes, stop):\n"
      "Envelopes of JSONLines (unparsed) for the complete lines of data[start:limit] whose\n"
