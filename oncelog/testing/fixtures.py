@@ -16,7 +16,10 @@ Enable them in a `conftest.py` with `pytest_plugins = ["oncelog.testing.fixtures
 from __future__ import annotations
 
 import logging
+import select
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -111,7 +114,7 @@ def _free_port() -> int:
 _put_lock = threading.Lock()
 
 
-def _make_object_writes_atomic() -> None:
+def make_object_writes_atomic() -> None:
     """Serialise moto's PutObject, as S3 itself is atomic per request.
 
     moto checks `If-None-Match: *` and then stores the object in two steps, so two
@@ -134,19 +137,59 @@ def _make_object_writes_atomic() -> None:
     S3Response.put_object = put_object  # type: ignore[method-assign]
 
 
-def start_s3_server() -> tuple[S3Server, Any]:
-    """Start moto's S3 server on 127.0.0.1; returns the server info and a handle to `.stop()`."""
+class _ChildServer:
+    """A `_s3_child` process: `.stop()` closes its stdin and waits (bounded), then kills."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def _start_child(port: int) -> _ChildServer:
+    """Start `_s3_child` on `port` and wait (bounded) for its `ready` line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "oncelog.testing._s3_child", str(port)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    child = _ChildServer(proc)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60.0)
+    line = proc.stdout.readline() if ready else b""
+    if line.strip() != b"ready":
+        child.stop()
+        raise RuntimeError(
+            f"the S3 test server did not start on 127.0.0.1:{port} (exit status"
+            f" {proc.poll()}): is moto's server mode installed (oncelog[testing])?"
+        )
+    return child
+
+
+def start_s3_server(*, in_process: bool = False) -> tuple[S3Server, Any]:
+    """Start moto's S3 server on 127.0.0.1; returns the server info and a handle to `.stop()`.
+    It runs in a child process (`in_process=True`: in this process's threads)."""
     try:
         from moto.server import ThreadedMotoServer
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError(
             "the S3 test server needs moto's server mode: pip install 'oncelog[testing]'"
         ) from exc
-    _make_object_writes_atomic()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server: Any
+    if in_process:
+        make_object_writes_atomic()
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+    else:
+        server = _start_child(port)
     endpoint = f"http://127.0.0.1:{port}"
     options = {
         "key": "testing",
