@@ -241,18 +241,20 @@ def _json_batches(
     partial line left at the end of the data (its TruncatedFrame).
     """
     field = framing.uuid_field
-    pending = b""
+    pending: list[bytes] = []  # the bytes not decoded yet, in pieces joined when needed
+    size = 0  # their length
     base = offset
     wait_for = 0
     for chunk in chunks:
-        data = pending + chunk if pending else chunk
-        if len(data) < wait_for:
-            pending = data
-            continue
+        pending.append(chunk)
+        size += len(chunk)
+        if size < wait_for:
+            continue  # (joined only once there are enough: linear in a long line's bytes)
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
         cut = data.rfind(b"\n") + 1
         if not cut:
             wait_for = 2 * len(data)
-            pending = data
+            pending = [data]
             continue
         with gc_paused():
             envelopes, done = decode(data, base, journal, field, cut)
@@ -265,12 +267,14 @@ def _json_batches(
             )
             return
         wait_for = 0
-        pending = data[cut:]
+        rest = data[cut:]
+        pending = [rest] if rest else []
+        size = len(rest)
         base += cut
         yield envelopes
-    if pending:
+    if size:
         yield from decode_batches(
-            framing, [pending], journal=journal, offset=base, on_error=on_error
+            framing, [b"".join(pending)], journal=journal, offset=base, on_error=on_error
         )
 
 

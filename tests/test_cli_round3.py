@@ -187,7 +187,8 @@ def test_framing_decides_the_default(cli: Cli) -> None:
     assert proc.stdout == frames
     assert proc.stderr.decode() == (
         "oncelog: warning: journal proto holds protobuf messages, whose UUIDs the command "
-        "line cannot see (no schema): printing every message, uncommitted\n"
+        "line cannot see without their class (label oncelog.dev/protobuf-class): printing "
+        "every message, uncommitted\n"
     )
     quiet = cli.run("read", "proto", "--uncommitted")
     assert (quiet.stdout, quiet.stderr) == (frames, b"")
