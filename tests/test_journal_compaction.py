@@ -116,8 +116,8 @@ def test_cold_read_costs_big_fragments_not_small_ones(
 ) -> None:
     target: StoreTarget = request.getfixturevalue(f"{backend}_store")
     client = target.open()
-    n = 300
-    name = new_journal(client, length=1200)
+    n = 120  # ~1.2 KB: a few compacted fragments of 400 bytes against 2n small objects
+    name = new_journal(client, length=400)
     append_singles(client, name, n)
     data = read_all(client, name)
     before = target.open(read_ahead=False)
