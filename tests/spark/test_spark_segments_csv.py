@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pyarrow as pa
 import pytest
-from pyspark import cloudpickle
 from pyspark.sql.types import LongType, StringType, StructField, StructType
+from test_spark_segments import read_all
 
 from oncelog.coordination import MetaStore
 from oncelog.framing.csvlines import CSV_COLUMNS_LABEL, csv_column_labels
@@ -52,16 +51,6 @@ def write_csv(client, name: str) -> None:
         if r < 2:
             client.compact(name, retire_grace=0)
         a.append_intents(a.build_ack_intents())
-
-
-def read_all(reader: OncelogBatchReader) -> tuple[pa.Table, list[object]]:
-    partitions = cloudpickle.loads(cloudpickle.dumps(reader.partitions()))
-    batches = []
-    for partition in partitions:
-        batches.extend(cloudpickle.loads(cloudpickle.dumps(reader)).read(partition))
-    table = pa.Table.from_batches(batches)
-    order = [("commit_offset", "ascending"), ("begin", "ascending")]
-    return table.sort_by(order), partitions
 
 
 def test_csv_segment_tasks_read_doc_columns_and_equal_the_frames(

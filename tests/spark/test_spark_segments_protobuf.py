@@ -6,11 +6,10 @@ Spark drives it (no Spark action), as test_spark_segments.py does."""
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 from proto_support import EVENT_CLASS, Event
-from pyspark import cloudpickle
 from pyspark.sql.types import BinaryType
+from test_spark_segments import read_all
 
 from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
 from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL
@@ -44,16 +43,6 @@ def write_events(client, name: str, proto_class: str | None) -> None:  # type: i
         if r < 2:
             client.compact(name, retire_grace=0)
         a.append_intents(a.build_ack_intents())
-
-
-def read_all(reader: OncelogBatchReader) -> tuple[pa.Table, list[object]]:
-    partitions = cloudpickle.loads(cloudpickle.dumps(reader.partitions()))
-    batches = []
-    for partition in partitions:
-        batches.extend(cloudpickle.loads(cloudpickle.dumps(reader)).read(partition))
-    table = pa.Table.from_batches(batches)
-    order = [("commit_offset", "ascending"), ("begin", "ascending")]
-    return table.sort_by(order), partitions
 
 
 def test_protobuf_segment_tasks_read_payloads_and_equal_the_frames(
