@@ -407,9 +407,9 @@ def _kill_runs(target: StoreTarget, runs: int, seed: int) -> None:
 @pytest.mark.slow
 @pytest.mark.fault
 def test_sigkilled_publishers_commit_all_journals_or_none_local(local_store: StoreTarget) -> None:
-    """30+ runs of transactions and broadcasts over 2-5 journals, with and without a
+    """24 runs of transactions and broadcasts over 2-5 journals, with and without a
     transactional id, each SIGKILLed after a random one of its storage writes."""
-    _kill_runs(local_store, runs=36, seed=11)
+    _kill_runs(local_store, runs=24, seed=11)
 
 
 @pytest.mark.slow
