@@ -13,24 +13,62 @@
   test server.
 """
 
-from oncelog.testing.machine import (
-    ConsumerCrash,
-    ConsumerMachine,
-    consumer_machine,
-    sentences,
-)
-from oncelog.testing.model import ExactlyOnceViolation, ReadCommittedModel, assert_exactly_once
-from oncelog.testing.strategies import (
-    Action,
-    HistoryRun,
-    Step,
-    csv_records,
-    histories,
-    json_documents,
-    json_messages,
-    read_committed_with_restarts,
-    run_history,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oncelog.testing.machine import (
+        ConsumerCrash,
+        ConsumerMachine,
+        consumer_machine,
+        sentences,
+    )
+    from oncelog.testing.model import (
+        ExactlyOnceViolation,
+        ReadCommittedModel,
+        assert_exactly_once,
+    )
+    from oncelog.testing.strategies import (
+        Action,
+        HistoryRun,
+        Step,
+        csv_records,
+        histories,
+        json_documents,
+        json_messages,
+        read_committed_with_restarts,
+        run_history,
+    )
+
+_HOMES = {
+    **dict.fromkeys(
+        ("ConsumerCrash", "ConsumerMachine", "consumer_machine", "sentences"),
+        "oncelog.testing.machine",
+    ),
+    **dict.fromkeys(
+        ("ExactlyOnceViolation", "ReadCommittedModel", "assert_exactly_once"),
+        "oncelog.testing.model",
+    ),
+    **dict.fromkeys(
+        ("Action", "HistoryRun", "Step", "csv_records", "histories", "json_documents",
+         "json_messages", "read_committed_with_restarts", "run_history"),
+        "oncelog.testing.strategies",
+    ),
+}
+"""Where each name lives. They are imported on first use, so that a process importing only
+`oncelog.testing.fixtures` or `.processes` (every SIGKILLed child of a fault test) does not
+import hypothesis."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'oncelog.testing' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Action",
