@@ -13,10 +13,10 @@ lists them all the same, so `from oncelog import *` and `dir(oncelog)` see them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import oncelog.tables as _tables  # noqa: E402,F401  (registers the segments extension)
+from oncelog._lazy import lazy_exports
 from oncelog.errors import (
     BadMessage,
     EmptyPartitions,
@@ -107,18 +107,7 @@ _LAZY: dict[str, str] = {
 """Exported names loaded on first use, and the module each comes from."""
 
 
-def __getattr__(name: str) -> Any:
-    """Load a lazy export (`_LAZY`) on first use and keep it in the module's namespace."""
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module 'oncelog' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports("oncelog", _LAZY, globals())
 
 
 __all__ = [

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "oncelog"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("identity", ("oncelog.identity", "oncelog.errors", "oncelog._retry", "oncelog.labels",
-                  "oncelog._extras")),
+                  "oncelog._extras", "oncelog._lazy")),
     ("message types", ("oncelog.message", "oncelog.producer_transaction")),
     ("framing", ("oncelog.framing", "oncelog._native", "oncelog._bulkframing")),
     ("storage", ("oncelog.journal", "oncelog.coordination")),

@@ -13,7 +13,9 @@
   test server.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oncelog._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from oncelog.testing.machine import (
@@ -59,15 +61,7 @@ _HOMES = {
 import hypothesis."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'oncelog.testing' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports("oncelog.testing", _HOMES, globals())
 
 
 __all__ = [
