@@ -323,7 +323,7 @@ def _protobuf_fields(
     as columns (`oncelog.tables.protodoc`), from its segments' `doc` columns where they
     hold them (`segments`: the class is the one the journal records) and its payloads
     parsed with `proto_class` elsewhere."""
-    from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL, import_proto_class
+    from oncelog.framing.protoclass import import_proto_class, recorded_class_label
     from oncelog.tables.protodoc import payload_documents, with_fields
     from oncelog.tables.segments import proto_struct
 
@@ -331,8 +331,7 @@ def _protobuf_fields(
         import pyarrow as pa
 
     cls = import_proto_class(
-        proto_class,
-        what="proto_class" if not segments else f"journal {journal!r} label {PROTOBUF_CLASS_LABEL}",
+        proto_class, what=recorded_class_label(journal) if segments else "proto_class"
     )
     struct = proto_struct(cls)
     if struct is None:

@@ -421,19 +421,15 @@ def _proto_class(
     warning naming the import error: its messages are then printed as payloads)."""
     from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
     from oncelog.framing.errors import ProtoClassError
-    from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL, import_proto_class
+    from oncelog.framing.protoclass import import_recorded_class
     from oncelog.journal.errors import JournalNotFound
 
     if content_type != CONTENT_TYPE_PROTOBUF_FIXED or plan.committed is False:
         return None
     try:
-        path = client.get(name).labels.value(PROTOBUF_CLASS_LABEL)
+        return import_recorded_class(client.get(name))
     except JournalNotFound:
         return None
-    if not path:
-        return None
-    try:
-        return import_proto_class(path, what=f"journal {name} label {PROTOBUF_CLASS_LABEL}")
     except ProtoClassError as exc:
         warn(str(exc))
         return None

@@ -21,7 +21,13 @@ from oncelog.labels import CONTENT_TYPE_PROTOBUF_FIXED
 if TYPE_CHECKING:
     from oncelog.journal.spec import JournalSpec
 
-__all__ = ["PROTOBUF_CLASS_LABEL", "ProtoClassError", "import_proto_class", "recorded_proto_class"]
+__all__ = [
+    "PROTOBUF_CLASS_LABEL",
+    "ProtoClassError",
+    "import_proto_class",
+    "import_recorded_class",
+    "recorded_proto_class",
+]
 
 PROTOBUF_CLASS_LABEL = "oncelog.dev/protobuf-class"
 """Spec label naming a fixed-framed journal's protobuf message class by its import path,
@@ -81,3 +87,18 @@ def import_proto_class(path: str, *, uuid_field: str = "uuid", what: str = "") -
             " the UUID"
         )
     return cls
+
+
+def recorded_class_label(journal: str) -> str:
+    """Where a recorded class comes from, as errors about it say (`what` of
+    `import_proto_class`)."""
+    return f"journal {journal!r} label {PROTOBUF_CLASS_LABEL}"
+
+
+def import_recorded_class(spec: JournalSpec) -> type | None:
+    """The class `spec` records (`recorded_proto_class`), imported and checked; None if it
+    records none; ProtoClassError naming the journal and the label if it does not import."""
+    path = recorded_proto_class(spec)
+    if path is None:
+        return None
+    return import_proto_class(path, what=recorded_class_label(spec.name))

@@ -42,6 +42,7 @@ from oncelog.framing.protoclass import (
     PROTOBUF_CLASS_LABEL,
     import_proto_class,
     is_protobuf,
+    recorded_class_label,
     recorded_proto_class,
 )
 from oncelog.journal import JournalClient
@@ -689,7 +690,7 @@ def new_message_factory(
         return None
     path, what = options.proto_class, "option proto_class"
     if not path and recorded:
-        path, what = recorded, f"journal {journal!r} label {PROTOBUF_CLASS_LABEL}"
+        path, what = recorded, recorded_class_label(journal)
     if not path:
         raise OptionError(
             f"journal {journal!r} holds protobuf frames: give option proto_class "

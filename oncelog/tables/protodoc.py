@@ -13,6 +13,7 @@ segments keep the payloads only.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -117,9 +118,11 @@ nested message's row unless unset; a list; a list of rows; map entries by key (v
 they are, or rows)."""
 
 
-def _plan(descriptor: Any, names: Sequence[str] | None) -> list[tuple[str, int]]:
-    """(name, how) for fields `names` of `descriptor` (all if None), decided once per call
-    rather than once per message."""
+@functools.lru_cache(maxsize=256)
+def _plan(descriptor: Any, names: tuple[str, ...] | None) -> list[tuple[str, int]]:
+    """(name, how) for fields `names` of `descriptor` (all if None), decided once per
+    message type (cached: nested messages ask for it once per value) rather than once per
+    field value. Callers must not change the list."""
     fields = descriptor.fields if names is None else [descriptor.fields_by_name[n] for n in names]
     plan = []
     for field in fields:
@@ -172,7 +175,7 @@ def doc_array(messages: Iterable[Any], struct: pa.StructType) -> pa.StructArray:
     fields = [struct.field(i) for i in range(struct.num_fields)]
     if not rows:
         return pa.array([], type=struct)
-    plan = _plan(rows[0].DESCRIPTOR, [f.name for f in fields])
+    plan = _plan(rows[0].DESCRIPTOR, tuple(f.name for f in fields))
     columns = [
         pa.array(_values(rows, name, how), type=field.type)
         for (name, how), field in zip(plan, fields, strict=True)

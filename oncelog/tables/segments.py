@@ -478,13 +478,10 @@ def _recorded_proto(spec: JournalSpec) -> tuple[Any, pa.StructType | None] | Non
     """For a journal recording its protobuf class: the class and its `doc` struct; None for
     other journals; ProtoClassError naming journal, label and why if the class does not
     import here."""
-    from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL, import_proto_class
+    from oncelog.framing.protoclass import import_recorded_class
 
-    path = recorded_proto_class(spec)
-    if path is None:
-        return None
-    cls = import_proto_class(path, what=f"journal {spec.name!r} label {PROTOBUF_CLASS_LABEL}")
-    return cls, proto_struct(cls)
+    cls = import_recorded_class(spec)
+    return None if cls is None else (cls, proto_struct(cls))
 
 
 def _cut_points(client: JournalClient, journal: str, begin: int, end: int,
