@@ -8,20 +8,13 @@ closes: when the parent stops it, or dies (a SIGKILLed test run leaves no server
 
 from __future__ import annotations
 
-import logging
 import sys
 
 
 def main() -> None:
-    from moto.server import ThreadedMotoServer
+    from oncelog.testing.fixtures import moto_in_process
 
-    from oncelog.testing.fixtures import make_object_writes_atomic
-
-    port = int(sys.argv[1])
-    make_object_writes_atomic()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = moto_in_process(int(sys.argv[1]))
     try:
         print("ready", flush=True)
         sys.stdin.read()  # until the parent closes the pipe, or dies

@@ -114,7 +114,7 @@ def _free_port() -> int:
 _put_lock = threading.Lock()
 
 
-def make_object_writes_atomic() -> None:
+def _make_object_writes_atomic() -> None:
     """Serialise moto's PutObject, as S3 itself is atomic per request.
 
     moto checks `If-None-Match: *` and then stores the object in two steps, so two
@@ -172,24 +172,27 @@ def _start_child(port: int) -> _ChildServer:
     return child
 
 
-def start_s3_server(*, in_process: bool = False) -> tuple[S3Server, Any]:
-    """Start moto's S3 server on 127.0.0.1; returns the server info and a handle to `.stop()`.
-    It runs in a child process (`in_process=True`: in this process's threads)."""
+def moto_in_process(port: int) -> Any:
+    """moto's S3 server on 127.0.0.1:`port`, in this process's threads, started (object
+    writes made atomic, request logging off); `.stop()` stops it."""
     try:
         from moto.server import ThreadedMotoServer
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError(
             "the S3 test server needs moto's server mode: pip install 'oncelog[testing]'"
         ) from exc
+    _make_object_writes_atomic()
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    return server
+
+
+def start_s3_server(*, in_process: bool = False) -> tuple[S3Server, Any]:
+    """Start moto's S3 server on 127.0.0.1; returns the server info and a handle to `.stop()`.
+    It runs in a child process (`in_process=True`: in this process's threads)."""
     port = _free_port()
-    server: Any
-    if in_process:
-        make_object_writes_atomic()
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-    else:
-        server = _start_child(port)
+    server = moto_in_process(port) if in_process else _start_child(port)
     endpoint = f"http://127.0.0.1:{port}"
     options = {
         "key": "testing",
