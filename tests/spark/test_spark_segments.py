@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 
 import pyarrow as pa
+import pytest
 from pyspark import cloudpickle
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 from spark_history import to, write_history
@@ -17,6 +18,7 @@ from oncelog.coordination import MetaStore
 from oncelog.message import JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed
+from oncelog.spark import segmented
 from oncelog.spark.batch import OncelogBatchReader
 from oncelog.spark.options import ReadOptions
 from oncelog.spark.schema import source_struct
@@ -43,6 +45,20 @@ def more_history(client, name: str, seed: int) -> None:
                 pub.publish_uncommitted(to(name), JSONMessage({"n": 2000 + i, "page": "txn"}))
     for pub in pubs:
         pub.flush()
+
+
+def frame_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The ranges segment and tail tasks read from a journal's frames from now on (a task
+    that takes a segment's rows reads none)."""
+    ranges: list[tuple[int, int]] = []
+    original = segmented.sequential_batches
+
+    def spy(decoder, begin: int, end: int, *args, **kwargs):  # type: ignore[no-untyped-def]
+        ranges.append((begin, end))
+        return original(decoder, begin, end, *args, **kwargs)
+
+    monkeypatch.setattr(segmented, "sequential_batches", spy)
+    return ranges
 
 
 def read_all(reader: OncelogBatchReader) -> tuple[pa.Table, list[object]]:

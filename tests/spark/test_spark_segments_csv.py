@@ -10,14 +10,13 @@ from dataclasses import replace
 
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
-from test_spark_segments import read_all
+from test_spark_segments import frame_reads, read_all
 
 from oncelog.coordination import MetaStore
 from oncelog.framing.csvlines import CSV_COLUMNS_LABEL, csv_column_labels
 from oncelog.journal import JournalSpec
 from oncelog.message import CSVRecord
 from oncelog.publisher import Publisher
-from oncelog.spark import segmented
 from oncelog.spark.batch import OncelogBatchReader
 from oncelog.spark.options import ReadOptions
 from oncelog.spark.schema import source_struct
@@ -61,14 +60,7 @@ def test_csv_segment_tasks_read_doc_columns_and_equal_the_frames(
     write_csv(client, name)
     records, _ = segment_records(client, name)
     assert len(records) == 2 and all(r.parsed for r in records)
-    from_frames: list[tuple[int, int]] = []  # ranges a task read from the journal's frames
-    original = segmented.sequential_batches
-
-    def spy(decoder, begin: int, end: int, *args, **kwargs):  # type: ignore[no-untyped-def]
-        from_frames.append((begin, end))
-        return original(decoder, begin, end, *args, **kwargs)
-
-    monkeypatch.setattr(segmented, "sequential_batches", spy)
+    from_frames = frame_reads(monkeypatch)  # ranges a task read from the journal's frames
     base = {"store": local_store.url, "journals": name}
     reads = [("named", NAMED, base), ("typed", TYPED, {**base, "schema": TYPED_DDL})]
     results = {}

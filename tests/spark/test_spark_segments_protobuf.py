@@ -9,14 +9,13 @@ from __future__ import annotations
 import pytest
 from proto_support import EVENT_CLASS, Event
 from pyspark.sql.types import BinaryType
-from test_spark_segments import read_all
+from test_spark_segments import frame_reads, read_all
 
 from oncelog.framing import CONTENT_TYPE_PROTOBUF_FIXED
 from oncelog.framing.protoclass import PROTOBUF_CLASS_LABEL
 from oncelog.journal import JournalSpec
 from oncelog.message import ProtoMessage
 from oncelog.publisher import Publisher
-from oncelog.spark import segmented
 from oncelog.spark.batch import OncelogBatchReader
 from oncelog.spark.options import OptionError, ReadOptions
 from oncelog.spark.schema import source_struct
@@ -53,14 +52,7 @@ def test_protobuf_segment_tasks_read_payloads_and_equal_the_frames(
     write_events(client, name, EVENT_CLASS)
     records, _ = segment_records(client, name)
     assert len(records) == 2 and all(r.parsed for r in records)
-    from_frames: list[tuple[int, int]] = []
-    original = segmented.sequential_batches
-
-    def spy(decoder, begin: int, end: int, *args, **kwargs):  # type: ignore[no-untyped-def]
-        from_frames.append((begin, end))
-        return original(decoder, begin, end, *args, **kwargs)
-
-    monkeypatch.setattr(segmented, "sequential_batches", spy)
+    from_frames = frame_reads(monkeypatch)
     base = {"store": local_store.url, "journals": name}
     tables = []
     for opts in (base, {**base, "proto_class": EVENT_CLASS}):
@@ -74,7 +66,7 @@ def test_protobuf_segment_tasks_read_payloads_and_equal_the_frames(
     assert users == ["b0", "a0", "b1", "a1", "b2", "a2"]
 
     # The same read from frames (another class name for the same class: no segments).
-    monkeypatch.setattr(segmented, "sequential_batches", original)
+    monkeypatch.undo()
     other = {**base, "proto_class": "proto_support:Event"}
     table, partitions = read_all(OncelogBatchReader(ReadOptions.parse(other), PAYLOADS))
     assert not any(isinstance(p, SegmentPartition) for p in partitions)
