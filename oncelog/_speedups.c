@@ -23,6 +23,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* T_OBJECT_EX, READONLY: a slot's member kind (see AttrCache) */
 #include <stdint.h>
 #include <string.h>
 
@@ -87,6 +88,10 @@ typedef struct {
     PyObject *descr[F_N > 5 ? F_N : 5];
     descrgetfunc get[F_N > 5 ? F_N : 5];
     descrsetfunc set[F_N > 5 ? F_N : 5];
+    /* For a writable `__slots__` member (T_OBJECT_EX) of the cached type: where its value
+     * is stored in an instance, read and written there directly, as the member descriptor's
+     * own __get__/__set__ would (the value, or an AttributeError while unset); else -1. */
+    Py_ssize_t offset[F_N > 5 ? F_N : 5];
     int n;
 } AttrCache;
 
@@ -98,6 +103,7 @@ cache_clear(AttrCache *c)
         Py_CLEAR(c->descr[i]);
         c->get[i] = NULL;
         c->set[i] = NULL;
+        c->offset[i] = -1;
     }
 }
 
@@ -115,6 +121,8 @@ cache_fill(AttrCache *c, PyTypeObject *type, PyObject *const *names, int n)
 {
     cache_clear(c);
     c->n = n;
+    for (int i = 0; i < n; i++)
+        c->offset[i] = -1;
     int generic = PyType_GetSlot(type, Py_tp_getattro) == (void *)PyObject_GenericGetAttr &&
                   PyType_GetSlot(type, Py_tp_setattro) == (void *)PyObject_GenericSetAttr;
     for (int i = 0; i < n && generic; i++) {
@@ -134,6 +142,14 @@ cache_fill(AttrCache *c, PyTypeObject *type, PyObject *const *names, int n)
         c->descr[i] = d;
         c->get[i] = get;
         c->set[i] = set;
+        /* A member of the type's own layout (a descriptor borrowed from another class
+         * is left to its __get__/__set__, which reject the instance). */
+        if (Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+            PyType_IsSubtype(type, PyDescr_TYPE(d))) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && !(m->flags & READONLY))
+                c->offset[i] = m->offset;
+        }
     }
     c->type = (PyTypeObject *)Py_NewRef(type);
     return 0;
@@ -145,6 +161,11 @@ cached_get(AttrCache *c, PyObject *const *names, int n, PyObject *obj, int i)
     PyTypeObject *type = Py_TYPE(obj);
     if (type != c->type && cache_fill(c, type, names, n) < 0)
         return NULL;
+    if (c->offset[i] >= 0) {
+        PyObject *v = *(PyObject **)((char *)obj + c->offset[i]);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
     if (c->get[i] != NULL)
         return c->get[i](c->descr[i], obj, (PyObject *)type);
     return PyObject_GetAttr(obj, names[i]);
@@ -908,7 +929,8 @@ kstep(KernelObj *k, long *flags_out)
         long flags;
         long long begin;
         if (k->replay_it == NULL) {
-            env = Py_NewRef(k->ring[start]);
+            env = k->ring[start]; /* stepped through: the ring lets it go (see the */
+            k->ring[start] = NULL;  /* pure kernel's invariants) */
             clock = k->rclock[start];
             flags = k->rflags[start];
             begin = k->rbegin[start];
@@ -1588,7 +1610,7 @@ static PyType_Spec seqiter_spec = {
 /* --------------------------------------------------------------------------------------
  * Decoder */
 
-#define PRODUCER_CACHE 1024
+#define PRODUCER_CACHE 1024 /* 512 sets of two ways: (v * golden) >> 55 picks a set */
 enum { E_JOURNAL, E_BEGIN, E_END, E_MESSAGE, E_IDS, E_N };
 enum { M_DOC, M_UUID_FIELD, M_N };
 enum { L_LINE, L_UUID_FIELD, L_JOURNAL, L_BEGIN, L_N };
@@ -1741,8 +1763,19 @@ make(DecoderObj *d, PyTypeObject *type, newfunc new, allocfunc alloc)
 }
 
 /* Set attribute i of a new instance through its data descriptor (checked when the Decoder
- * was made), as setattr would; a new reference to value is taken. */
-#define SET(attrs, i, obj, value) ((attrs)->set[i]((attrs)->descr[i], (obj), (value)))
+ * was made), as setattr would; a new reference to value is taken. A slot of the cached
+ * type is stored into directly (what its descriptor's __set__ does). */
+static inline int
+attr_set(AttrCache *c, int i, PyObject *obj, PyObject *value)
+{
+    if (c->offset[i] >= 0 && Py_IS_TYPE(obj, c->type)) {
+        PyObject **slot = (PyObject **)((char *)obj + c->offset[i]);
+        Py_XSETREF(*slot, Py_NewRef(value));
+        return 0;
+    }
+    return c->set[i](c->descr[i], obj, value);
+}
+#define SET(attrs, i, obj, value) attr_set((attrs), (i), (obj), (value))
 
 /* Append to `out` a new Envelope of these attributes (references borrowed); -1 on error. */
 static int
@@ -1809,19 +1842,29 @@ uuid_bytes(PyObject *text, unsigned char out[16])
     return uuid_text_bytes(PyUnicode_1BYTE_DATA(text), out);
 }
 
+/* The shared bytes object of a producer ID. The cache is two-way set associative over
+ * Fibonacci hashing of the 48-bit value: producer IDs that differ in a single byte (IDs
+ * handed out in sequence) spread over the sets instead of colliding in pairs, and two IDs
+ * that do share a set both stay cached. A miss makes a new object, which costs its
+ * allocation and, in every dict it is looked up in, a hash and a comparison. */
 static PyObject *
 producer_bytes(DecoderObj *d, const unsigned char *node)
 {
     unsigned long long v = 0;
     for (int i = 0; i < PRODUCER_ID_LEN; i++)
         v = (v << 8) | node[i];
-    size_t slot = (size_t)((v ^ (v >> 17) ^ (v >> 31)) % PRODUCER_CACHE);
+    size_t slot = (size_t)((v * 0x9E3779B97F4A7C15ULL) >> 55) << 1; /* the set's first way */
     if (d->cache_bytes[slot] != NULL && d->cache_node[slot] == v)
         return Py_NewRef(d->cache_bytes[slot]);
+    if (d->cache_bytes[slot + 1] != NULL && d->cache_node[slot + 1] == v)
+        return Py_NewRef(d->cache_bytes[slot + 1]);
     PyObject *b = PyBytes_FromStringAndSize((const char *)node, PRODUCER_ID_LEN);
     if (b == NULL)
         return NULL;
-    Py_XSETREF(d->cache_bytes[slot], Py_NewRef(b));
+    /* The first way keeps the newest; the one it held moves to the second. */
+    Py_XSETREF(d->cache_bytes[slot + 1], d->cache_bytes[slot]);
+    d->cache_node[slot + 1] = d->cache_node[slot];
+    d->cache_bytes[slot] = Py_NewRef(b);
     d->cache_node[slot] = v;
     return b;
 }

@@ -198,6 +198,58 @@ def test_decoder_builds_instances_through_their_attributes():
 
 
 @needs_c
+def test_interleaved_producers_share_one_bytes_object_each():
+    # Producer IDs handed out in sequence (one byte apart), interleaved: each keeps one
+    # shared bytes object (no allocation, and an identity hit in the sequencer's producer
+    # table), including two IDs that share a set of the cache.
+    ids = [bytes([0x01, 0x5E, 0x9C, i, 0x00, 0x42]) for i in range(64)]
+    lines = b"".join(b'{"uuid": "%s"}\n' % str(build_uuid(ids[k % 64], 1 + k, 0)).encode()
+                     for k in range(640))
+    envs, _ = BUILT.module.Decoder(
+        Envelope, JSONMessage, orjson.loads, tuple(range(1024)), (b"", 0, 0)
+    ).decode_json_chunk(lines, 0, "j", "uuid", -1)
+    first: dict[bytes, bytes] = {}
+    for env in envs:
+        producer = env._ids[0]
+        assert producer is first.setdefault(producer, producer)
+    assert sorted(first) == sorted(ids)
+
+
+@needs_c
+def test_slots_are_written_where_their_own_class_lays_them_out():
+    # Slot members are stored straight into the instance; that is valid only for members
+    # of the instance's own layout. A subclass adding slots keeps its base's at their
+    # offsets; a member descriptor borrowed from an unrelated class is left to its own
+    # __set__, which rejects the instance (as setattr does) instead of writing at an offset
+    # that means something else in this layout.
+    class Base:
+        __slots__ = ("journal", "begin", "end")
+
+    class Env(Base):
+        __slots__ = ("pad1", "pad2", "message", "_ids")
+
+    class Other:
+        __slots__ = ("a", "b", "c", "d", "e", "f", "g", "journal")
+
+    class Borrowing:
+        __slots__ = ("begin", "end", "message", "_ids")
+        journal = Other.__dict__["journal"]
+
+    nil = (bytes(6), 0, 0)
+    line = b'{"uuid": "%s", "n": 1}\n' % str(build_uuid(P1, 9, 0)).encode()
+    decoder = BUILT.module.Decoder(Env, JSONMessage, orjson.loads, tuple(range(1024)), nil)
+    for decode in (decoder.decode_json_lines, decoder.decode_json_chunk):
+        (env,), _ = decode(line * 1, 3, "j", "uuid", -1)
+        assert type(env) is Env and not hasattr(env, "pad1") and not hasattr(env, "pad2")
+        assert (env.journal, env.begin, env.end, env._ids) == ("j", 3, 3 + len(line), (P1, 9, 0))
+        assert env.message.doc == {"uuid": str(build_uuid(P1, 9, 0)), "n": 1}
+    borrowing = BUILT.module.Decoder(Borrowing, JSONMessage, orjson.loads, tuple(range(1024)),
+                                     nil)
+    with pytest.raises(TypeError, match="Other"):
+        borrowing.decode_json_chunk(line, 0, "j", "uuid", -1)
+
+
+@needs_c
 def test_layout_and_outcomes_are_the_python_definitions():
     from oncelog import message
     from oncelog.sequencer import QueueOutcome

@@ -340,7 +340,11 @@ class SequencingKernel:
     Invariants, between calls: a partial's `ring_start..ring_stop` chain links, through
     `_next`, ring slots `_owner`ed by it, in queue order; `ring_start == -1` iff
     `ring_stop == -1`. A slot no partial's chain starts at is never read again, so
-    reusing it needs no unlinking (`_evict_start` unlinks the one that is).
+    reusing it needs no unlinking (`_evict_start` unlinks the one that is). `step()`
+    empties each slot it steps through (`_ring[i] = None`): the envelope is then held only
+    by its reader, and freed when the reader is done with it, while it is still in the
+    CPU's caches, rather than a turn of the ring later; and the bytes the ring holds (the
+    budget of its growth) are those of envelopes it may still hand out.
     `min_clock <= max_clock`; `begin == -1` iff no transaction of the producer is open,
     and then nothing of it is in `_pending`.
 
@@ -661,6 +665,7 @@ class SequencingKernel:
         while start != -1:
             if replay_it is None:
                 env = ring[start]
+                ring[start] = None  # stepped through: never read again (see the class)
                 start = emit.ring_start = self._next[start]
             else:
                 try:
