@@ -10,13 +10,20 @@ Two implementations give the same bytes (the tests run both on the same inputs):
 `oncelog._bulk.frame_json` (C: one `orjson.dumps` of the whole list, cut into its
 objects, the UUID text formatted into the output) and `frame_json_pure`. The C path is
 used when built, unless `ONCELOG_PURE_PYTHON=1`.
+
+`stamp_json(doc, key, producer, clock, flags)` is the one-message path of
+`Publisher.publish_uncommitted` / `publish_committed`: advance `clock`, set `doc[key]` to the
+UUID text, and return `(line, clock value)`, the line exactly what `JSONFraming.marshal`
+gives the stamped document, with its errors (`stamp_json_pure` is the reference; the C
+`oncelog._bulk.stamp_json` does it in one call on a C-backed `Clock`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -27,17 +34,28 @@ from oncelog.message import (
     SEQ_COUNTER_MASK,
     SEQ_COUNTER_SHIFT,
     TIME_HI_MASK,
+    Clock,
     build_uuid,
     uuid_text,
 )
 
-__all__ = ["frame_json", "frame_json_pure", "format_uuid", "native", "PURE_ENV"]
+__all__ = [
+    "frame_json",
+    "frame_json_pure",
+    "format_uuid",
+    "native",
+    "PURE_ENV",
+    "stamp_json",
+    "stamp_json_pure",
+    "stamp_failed",
+]
 
 PURE_ENV = "ONCELOG_PURE_PYTHON"
 """Set to 1 to run without the C path even where it is built (as for `oncelog._speedups`)."""
 
 _MASK64 = (1 << 64) - 1
 _dumps = orjson.dumps
+_APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
 
 
 def _load() -> ModuleType | None:
@@ -74,6 +92,49 @@ def format_uuid(producer: bytes, clock: int, flags: int) -> str:
     if native is not None:
         return str(native.format_uuid(producer, clock, flags))
     return uuid_text(producer, clock, flags)
+
+
+def stamp_failed(what: BaseException | bytes) -> NoReturn:
+    """Raise the EncodeError `JSONFraming.marshal` raises for a document whose encoding
+    failed (`what` the orjson error) or holds a raw newline (`what` the line)."""
+    if isinstance(what, BaseException):
+        raise EncodeError(f"cannot encode document as JSON: {what}") from what
+    raise EncodeError(f"JSON encoding contains a raw newline: {snippet(what)}")
+
+
+def stamp_json_pure(
+    doc: dict[str, Any],
+    key: str,
+    producer: bytes,
+    clock: Clock,
+    flags: int,
+    fail: Callable[[BaseException | bytes], NoReturn] = stamp_failed,
+) -> tuple[bytes, int]:
+    """Stamp `doc` at `clock.advance()` and frame it: `doc[key]` is set to the UUID text of
+    (producer, that clock, flags) and the JSON line of `doc` returned with the clock, as
+    `JSONMessage.set_uuid` + `JSONFraming.marshal` give it. The clock moves and the
+    document is stamped even when the encoding then fails (EncodeError), as on the slow
+    path. Any `Clock` (the C `stamp_json` needs a C-backed one). `fail` raises the error
+    (the C function's signature: the two are interchangeable)."""
+    value = clock.advance()
+    doc[key] = uuid_text(producer, value, flags)
+    try:
+        line = _dumps(doc, option=_APPEND_NEWLINE)
+    except orjson.JSONEncodeError as exc:
+        fail(exc)
+    if line.find(b"\n") != len(line) - 1:
+        fail(line)
+    return line, value
+
+
+def stamp_json(
+    doc: dict[str, Any], key: str, producer: bytes, clock: Clock, flags: int
+) -> tuple[bytes, int]:
+    """`stamp_json_pure`, in one C call where `oncelog._bulk` is loaded and `clock` is
+    C-backed (a `Clock` made while it was loaded)."""
+    if native is not None and isinstance(clock, native.ClockCore):
+        return native.stamp_json(doc, key, producer, clock, flags, stamp_failed)  # type: ignore[no-any-return]
+    return stamp_json_pure(doc, key, producer, clock, flags)
 
 
 def _check_ids(producer: bytes, first_clock: int, flags: int) -> None:

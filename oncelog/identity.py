@@ -7,7 +7,8 @@ the 6-byte node field is the *ProducerID*. The bit layout is defined below, once
 
 This module holds the layout and everything that only needs it: building and parsing
 UUIDs (one at a time and in bulk), clocks, flags, producer IDs, the `Message` protocol
-and `Envelope`. It imports nothing else from oncelog, so the framings, the sequencer and
+and `Envelope`. It imports nothing else from oncelog (but the optional C extension
+`oncelog._bulk`, a leaf, for the clock's lock-free state), so the framings, the sequencer and
 the C speed-ups' load-time checks can all depend on it without cycles. The ready message
 types (`JSONMessage`, `JSONLine`, `CSVRecord`, `ProtoMessage`) live in `oncelog.message`,
 which also re-exports every name here.
@@ -23,7 +24,7 @@ import time
 import uuid
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import uuid6
 
@@ -135,18 +136,13 @@ def clock_to_unix_ns(clock: int) -> int:
     return ((clock >> 4) - UNIX_EPOCH_OFFSET) * 100
 
 
-class Clock:
-    """A thread-safe, monotonic 64-bit message clock.
-
-    The upper 60 bits are an RFC 4122 timestamp, the low 4 bits a sequence
-    counter so that up to 16 messages share one 100 ns tick.
-    """
+class _ClockState:
+    """The pure-Python state of a `Clock` (its base class where `oncelog._bulk` is not built,
+    or with ONCELOG_PURE_PYTHON=1): every operation holds one lock."""
 
     __slots__ = ("_value", "_lock")
 
     def __init__(self, value: int = 0) -> None:
-        if not 0 <= value <= _MASK64:
-            raise ValueError(f"clock value {value} is outside the unsigned 64-bit range")
         self._value = value
         self._lock = threading.Lock()
 
@@ -187,16 +183,63 @@ class Clock:
             lock.release()
         return value
 
-    def update(self, unix_ns: int | None = None) -> int:
-        """Move to the clock of `unix_ns` (default: now) if that is larger; never decrease."""
-        target = clock_from_unix_ns(time.time_ns() if unix_ns is None else unix_ns)
+    def _raise_to(self, target: int) -> int:
+        """Move to `target` if that is larger (never decrease); return the value."""
         with self._lock:
             if target > self._value:
                 self._value = target
             return self._value
 
+
+def _clock_base() -> type[_ClockState]:
+    """`oncelog._bulk.ClockCore` (C: each operation one C call, atomic under the GIL, so no
+    lock; see oncelog/_bulk.c) where built and not disabled by ONCELOG_PURE_PYTHON=1, else
+    `_ClockState`. Both keep the same values for the same calls (tests run both)."""
+    if os.environ.get("ONCELOG_PURE_PYTHON", "") not in ("", "0"):
+        return _ClockState
+    try:
+        from oncelog._bulk import ClockCore
+    except ImportError:
+        return _ClockState
+    return cast("type[_ClockState]", ClockCore)
+
+
+if TYPE_CHECKING:
+    _ClockBase = _ClockState
+else:
+    _ClockBase = _clock_base()
+
+
+class Clock(_ClockBase):
+    """A thread-safe, monotonic 64-bit message clock.
+
+    The upper 60 bits are an RFC 4122 timestamp, the low 4 bits a sequence
+    counter so that up to 16 messages share one 100 ns tick.
+
+    `tick()` adds one and returns the new value; `reserve(n)` adds `n` and returns the first
+    value passed; `advance()` is `update()` then `tick()` as one operation; `update()` never
+    decreases the clock. Each is atomic: its state (the base class) is `oncelog._bulk`'s C
+    `ClockCore` where built (no lock: one C call runs whole under the GIL), else a
+    lock-guarded pure-Python one.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, value: int = 0) -> None:
+        if not 0 <= value <= _MASK64:
+            raise ValueError(f"clock value {value} is outside the unsigned 64-bit range")
+        super().__init__(value)
+
+    def update(self, unix_ns: int | None = None) -> int:
+        """Move to the clock of `unix_ns` (default: now) if that is larger; never decrease."""
+        return self._raise_to(clock_from_unix_ns(time.time_ns() if unix_ns is None else unix_ns))
+
     def __repr__(self) -> str:
-        return f"Clock({self._value:#x})"
+        return f"Clock({self.value:#x})"
+
+    def __reduce__(self) -> tuple[type["Clock"], tuple[int]]:
+        # Copies and pickles carry the value (a C-backed state would otherwise copy as 0).
+        return (type(self), (self.value,))
 
 
 def check_producer_id(producer: bytes) -> bytes:

@@ -72,15 +72,33 @@ _CONTINUE_TXN = Flags.CONTINUE_TXN
 Mapping = Callable[[Any], "tuple[str, str]"]
 """A mapping picks a message's journal: `mapping(msg) -> (journal_name, content_type)`."""
 
+Stamp = Callable[..., "tuple[bytes, int]"]
+"""`stamp(doc, key, producer, clock, flags, fail) -> (line, clock)`: `_bulkframing.stamp_json`
+in C (`oncelog._bulk.stamp_json`) or pure Python (`stamp_json_pure`)."""
+
+_stamp_pure: Stamp = _bulkframing.stamp_json_pure
+_stamp_failed = _bulkframing.stamp_failed
+_OPEN = TxnState.OPEN
+
 
 @dataclass(slots=True)
 class _Pending:
     """What a transaction wrote to one journal: an ACK template, and the journal's
-    `ProducerTransaction` (clocks and state; guarded by the publisher's `_txn_lock`)."""
+    `ProducerTransaction` (clocks and state; guarded by the publisher's `_txn_lock`).
+
+    `appender`: the client's appender of the journal (the one `client.start_append` gave
+    the transaction's first message there, held by an open `transaction()`). `stamp`: what
+    `publish_uncommitted`'s fast path stamps and frames the journal's next JSONMessages with
+    (`_bulkframing.stamp_json`'s C or pure form), chosen once, at that first message; None
+    where that path never applies (a transactional id, a clock of the caller's, a framing
+    other than exactly `JSONFraming`). Invariant: `stamp` is not None only if `framing` is
+    exactly a `JSONFraming`."""
 
     ack: Message
     framing: Framing
     txn: ProducerTransaction
+    appender: Appender
+    stamp: Stamp | None = None
 
 
 @dataclass(slots=True)
@@ -165,6 +183,14 @@ class Publisher:
         self._log: TransactionalLog | None = None
         self._seq = 0
         self._templates: dict[str, _Template] = {}
+        # The fast path of publish_* (JSONMessages, see `_stamp`) needs our own clock (it
+        # moves as `Clock.advance`), no transactional id (no hook before a message), and a
+        # client appending records made under its write lock.
+        self._fast = (
+            self._auto_clock
+            and transactional_id is None
+            and callable(getattr(client, "append_made", None))
+        )
         if transactional_id is not None:
             from oncelog.transactions import TransactionalLog
 
@@ -187,36 +213,138 @@ class Publisher:
         """Append `msg` for immediate read-committed delivery (Flags.OUTSIDE_TXN)."""
         if self._fenced or self._broken or self._expired:
             self._check_usable()
-        return self._publish(mapping, msg, _OUTSIDE_TXN)[3]
+        if type(msg) is not JSONMessage or not self._fast:
+            return self._publish(mapping, msg, _OUTSIDE_TXN)[3]
+        # The fast path (see `_stamp`): what `_publish` does, for a JSONMessage of a
+        # JSON-lines journal, with the stamping and framing in one call under the lock.
+        journal, content_type = mapping(msg)
+        framing = _framings.get(content_type)
+        doc = msg.doc
+        if (
+            type(framing) is not JSONFraming
+            or type(doc) is not dict
+            or journal in self._pending
+            or (stamp := self._stamp()) is None
+        ):
+            return self._publish_to(journal, content_type, msg, _OUTSIDE_TXN)[3]
+        append, clock = self.client.append_made(
+            journal, stamp, doc, msg.uuid_field, self.producer_id, self.clock, _OUTSIDE_TXN,
+            _stamp_failed,
+        )
+        lock = self._lock
+        lock.acquire()
+        try:
+            outstanding = self._outstanding
+            outstanding.append(append)
+            if len(outstanding) > self._prune_at:
+                self._prune()
+            if clock > self._acked.get(journal, 0):
+                self._acked[journal] = clock
+        finally:
+            lock.release()
+        return append
 
     def publish_uncommitted(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
         """Append `msg` as part of the open transaction (Flags.CONTINUE_TXN).
 
         It is delivered to read-committed readers only once an acknowledgement
         from `build_ack_intents` (or `transaction()`'s commit) is appended.
+
+        A JSONMessage to a JSON-lines journal this transaction already wrote takes a fast
+        path (`_Pending.stamp`): the same checks, clock, bytes, errors and bookkeeping as
+        the general path, with the per-journal work done once, at the transaction's first
+        message there, and the stamping, framing and append made in one call each.
         """
-        with self._txn_lock:
+        txn_lock = self._txn_lock
+        txn_lock.acquire()
+        try:
             if self._fenced or self._broken or self._expired:
                 self._check_usable()
-            # _before_uncommitted matters only with a transactional id.
-            before = None if self._log is None else self._before_uncommitted
-            journal, framing, clock, append = self._publish(
-                mapping, msg, _CONTINUE_TXN, before
-            )
+            if type(msg) is not JSONMessage or not self._fast:
+                # _before_uncommitted matters only with a transactional id.
+                before = None if self._log is None else self._before_uncommitted
+                journal, framing, clock, append = self._publish(
+                    mapping, msg, _CONTINUE_TXN, before
+                )
+            else:
+                # A JSONMessage with our own clock and no transactional id: `_publish`
+                # would call the mapping first thing, as here.
+                journal, content_type = mapping(msg)
+                pending = self._pending.get(journal)
+                doc = msg.doc
+                if (
+                    pending is not None
+                    and (stamp := pending.stamp) is not None
+                    and _framings.get(content_type) is pending.framing
+                    and type(doc) is dict
+                    # The appender `client.start_append(journal)` would give: the client
+                    # drops (and closes) it when the journal is deleted or the client
+                    # closed, and a deletion elsewhere makes its index stale.
+                    and not (appender := pending.appender)._closed
+                    and not appender.index.stale
+                ):
+                    # Not the transaction's first message in the journal: its appender is
+                    # held already (`_hold`), and the framing is the one it was opened with.
+                    append, clock = appender.append_made(
+                        stamp, doc, msg.uuid_field, self.producer_id, self.clock,
+                        _CONTINUE_TXN, _stamp_failed,
+                    )
+                    lock = self._lock
+                    lock.acquire()
+                    try:
+                        outstanding = self._outstanding
+                        outstanding.append(append)
+                        if len(outstanding) > self._prune_at:
+                            self._prune()
+                    finally:
+                        lock.release()
+                    txn = pending.txn
+                    if clock > txn.last_clock and txn.state is _OPEN:
+                        txn.last_clock = clock  # what txn.note(clock) does here
+                    else:
+                        txn.note(clock)  # raises, as on the general path
+                    if self._keepalive is not None:
+                        self._keepalive.touch()
+                    return append
+                journal, framing, clock, append = self._publish_to(
+                    journal, content_type, msg, _CONTINUE_TXN
+                )
             pending = self._pending.get(journal)
             if pending is None:
-                self._open_journal(journal, framing, msg, clock, clock)
+                self._open_journal(journal, framing, msg, clock, clock, appender_of(append))
             else:
                 pending.txn.note(clock)
             if self._keepalive is not None:
                 self._keepalive.touch()
             return append
+        finally:
+            txn_lock.release()
+
+    def _stamp(self) -> Stamp | None:
+        """The fast path's stamper for a JSONMessage to a JSON-lines journal (None: take the
+        general path): the C `stamp_json` when `oncelog._bulk` is loaded and our clock is
+        C-backed, else `stamp_json_pure`. Both move the clock as `Clock.advance` (the
+        general path's `_publish` with our own clock and no transactional id) and give the
+        bytes, UUID text and errors of stamping the document + `JSONFraming.marshal`."""
+        if not self._fast:
+            return None
+        native = _bulkframing.native
+        if native is not None and isinstance(self.clock, native.ClockCore):
+            return native.stamp_json  # type: ignore[no-any-return]
+        return _stamp_pure
 
     def _open_journal(
-        self, journal: str, framing: Framing, msg: Message, first: int, last: int
+        self,
+        journal: str,
+        framing: Framing,
+        msg: Message,
+        first: int,
+        last: int,
+        appender: "Appender",
     ) -> None:
         """Our first uncommitted messages in `journal` in this transaction (clocks `first`
-        ..`last`) open its ProducerTransaction (caller holds _txn_lock)."""
+        ..`last`, appended on `appender`) open its ProducerTransaction (caller holds
+        _txn_lock)."""
         txn = ProducerTransaction(
             self.producer_id,
             self.clock,
@@ -227,7 +355,8 @@ class Publisher:
         )
         txn.note(first, last)
         ack = msg.new_acknowledgement(journal)
-        self._pending[journal] = _Pending(ack, framing, txn)
+        stamp = self._stamp() if type(framing) is JSONFraming else None
+        self._pending[journal] = _Pending(ack, framing, txn, appender, stamp)
         if journal not in self._templates:
             self._templates[journal] = _Template(ack, framing, first)
 
@@ -389,7 +518,9 @@ class Publisher:
             else:
                 pending = self._pending.get(journal)
                 if pending is None:
-                    self._open_journal(journal, framing, template, first, last)
+                    self._open_journal(
+                        journal, framing, template, first, last, appender_of(append)
+                    )
                 else:
                     pending.txn.note(first, last)
             appends.append(append)
@@ -450,18 +581,30 @@ class Publisher:
         flags: Flags,
         before: Callable[[str, Framing, Message], None] | None = None,
     ) -> tuple[str, Framing, int, "AsyncAppend"]:
-        # The hot path of every publish: attribute lookups and calls kept to a minimum.
-        # With a transactional id, `before` may reserve a clock for the journal's first
-        # message: the clock moves to now before that (else together with the tick).
-        advance = self._auto_clock and self._log is None
-        if self._auto_clock and not advance:
+        # The general path of every publish (`publish_*` take a faster one for most
+        # JSONMessages). With a transactional id, `before` may reserve a clock for the
+        # journal's first message: the clock moves to now before that (else together with
+        # the tick).
+        if self._auto_clock and self._log is not None:
             self.clock.update()
-        json = type(msg) is JSONMessage
-        if not json:
+        if type(msg) is not JSONMessage:
             validate = getattr(msg, "validate", None)
             if validate is not None:
                 validate()  # raises: the message is not published
         journal, content_type = mapping(msg)
+        return self._publish_to(journal, content_type, msg, flags, before)
+
+    def _publish_to(
+        self,
+        journal: str,
+        content_type: str,
+        msg: Message,
+        flags: Flags,
+        before: Callable[[str, Framing, Message], None] | None = None,
+    ) -> tuple[str, Framing, int, "AsyncAppend"]:
+        """`_publish` once the message is validated and mapped to (journal, content_type)."""
+        advance = self._auto_clock and self._log is None
+        json = type(msg) is JSONMessage
         committed = flags is _OUTSIDE_TXN
         if committed and journal in self._pending:
             raise TransactionError(

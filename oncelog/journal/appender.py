@@ -51,7 +51,7 @@ import collections
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from time import monotonic as _monotonic
@@ -390,6 +390,49 @@ class Appender:
             return AsyncAppend(self, batch, size)
         batch = self._next_batch(batch)
         return AsyncAppend(self, batch, len(batch.buf))
+
+    def append_made(
+        self, make: Callable[..., tuple[Any, Any]], *args: Any
+    ) -> tuple[AsyncAppend, Any]:
+        """One append whose record `make(*args)` makes while the write lock is held:
+        `start_append`, `write`, `release` in one call (one AsyncAppend, one pass over the
+        lock). `make` returns `(data, token)`; this returns `(the released AsyncAppend,
+        token)`. For a record stamped with something that must follow the journal's append
+        order (a publisher's clock, `oncelog.publisher`): `make` runs in that order.
+
+        Same batches, seals, hand-overs and holds as `start_append` + `write` + `release`
+        (the release below is `AsyncAppend.release`, inline: keep them in step). If `make`
+        (or copying its data) raises, the append is released empty, as `release()` after a
+        failed `write` in a `finally` would (nothing is appended), and the error propagates.
+        """
+        self._write_lock.acquire()
+        batch = self._open
+        begin = len(batch.buf)
+        if begin >= self._room:
+            batch = self._next_batch(batch)  # lets the lock go if it raises
+            begin = len(batch.buf)
+        append = AsyncAppend(self, batch, begin)
+        try:
+            data, token = make(*args)
+            batch.buf += data
+        except BaseException:
+            append.release()
+            raise
+        append._end = len(batch.buf)
+        if batch.used:
+            if self._seal_requested:
+                self._hand_over()
+            else:
+                self._write_lock.release()
+            return append, token
+        batch.used = True  # the batch's first append: its flush_interval starts now
+        batch.created = _monotonic()
+        if self._seal_requested:
+            self._hand_over()
+            return append, token
+        self._write_lock.release()
+        self._wake()
+        return append, token
 
     def _next_batch(self, batch: _Batch) -> _Batch:
         """The batch to append to when the open one is full, a seal is wanted, too many bytes

@@ -377,6 +377,16 @@ class JournalClient:
         Holds the journal's write lock until released, so the bytes stay together."""
         return self._appender(name).start_append()
 
+    def append_made(
+        self, name: str, make: Callable[..., tuple[Any, Any]], *args: Any
+    ) -> tuple[AsyncAppend, Any]:
+        """One append to `name` whose record `make(*args) -> (data, token)` makes while
+        holding the journal's write lock (so what it stamps follows the journal's append
+        order): `start_append` + `write` + `release` in one call. Returns `(the released
+        AsyncAppend, token)`; if `make` raises, nothing is appended and the error
+        propagates (see `Appender.append_made`)."""
+        return self._appender(name).append_made(make, *args)
+
     def append(self, name: str, data: bytes | bytearray | memoryview) -> AppendResult:
         """Append `data` as one append and return where it landed, once durable."""
         aa = self._appender(name).start_append()
