@@ -231,17 +231,7 @@ class Publisher:
             journal, stamp, doc, msg.uuid_field, self.producer_id, self.clock, _OUTSIDE_TXN,
             _stamp_failed,
         )
-        lock = self._lock
-        lock.acquire()
-        try:
-            outstanding = self._outstanding
-            outstanding.append(append)
-            if len(outstanding) > self._prune_at:
-                self._prune()
-            if clock > self._acked.get(journal, 0):
-                self._acked[journal] = clock
-        finally:
-            lock.release()
+        self._track(append, journal, clock)
         return append
 
     def publish_uncommitted(self, mapping: Mapping, msg: Message) -> "AsyncAppend":
@@ -289,15 +279,7 @@ class Publisher:
                         stamp, doc, msg.uuid_field, self.producer_id, self.clock,
                         _CONTINUE_TXN, _stamp_failed,
                     )
-                    lock = self._lock
-                    lock.acquire()
-                    try:
-                        outstanding = self._outstanding
-                        outstanding.append(append)
-                        if len(outstanding) > self._prune_at:
-                            self._prune()
-                    finally:
-                        lock.release()
+                    self._track(append)
                     txn = pending.txn
                     if clock > txn.last_clock and txn.state is _OPEN:
                         txn.last_clock = clock  # what txn.note(clock) does here
@@ -636,13 +618,7 @@ class Publisher:
             append.write(framing.marshal(msg))
         finally:
             append.release()
-        with self._lock:
-            outstanding = self._outstanding
-            outstanding.append(append)
-            if len(outstanding) > self._prune_at:
-                self._prune()
-            if committed and clock > self._acked.get(journal, 0):
-                self._acked[journal] = clock
+        self._track(append, journal if committed else None, clock)
         return journal, framing, clock, append
 
     def _hold(self, append: "AsyncAppend") -> None:
@@ -661,11 +637,23 @@ class Publisher:
         for appender in holding:
             appender.unhold()
 
-    def _track(self, append: "AsyncAppend") -> None:
-        with self._lock:
-            self._outstanding.append(append)
-            if len(self._outstanding) > self._prune_at:
+    def _track(
+        self, append: "AsyncAppend", committed_to: str | None = None, clock: int = 0
+    ) -> None:
+        """Remember `append` until it is durable (`flush`, commits), and, for a committed
+        message at `clock` to journal `committed_to`, that it acknowledges the journal up
+        to there. Every publish ends here (the hot path: plain acquire/release)."""
+        lock = self._lock
+        lock.acquire()
+        try:
+            outstanding = self._outstanding
+            outstanding.append(append)
+            if len(outstanding) > self._prune_at:
                 self._prune()
+            if committed_to is not None and clock > self._acked.get(committed_to, 0):
+                self._acked[committed_to] = clock
+        finally:
+            lock.release()
 
     def _prune(self) -> None:
         """Forget the appends already durable from the front of `_outstanding` (caller holds

@@ -7,7 +7,6 @@ leaves all of it or none of it; in a transaction an exception rolls back everyth
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from speedups_support import BULK_BUILT, BULK_MODES, BULK_PURE_REQUESTED, bulk_mode
 
 from oncelog import _bulkframing
 from oncelog.framing import CONTENT_TYPE_JSON_LINES, EncodeError
@@ -37,23 +37,15 @@ from oncelog.reading import read_committed, read_uncommitted
 from oncelog.testing.faults import kill_after_writes, start_function
 
 JSON = {"content-type": CONTENT_TYPE_JSON_LINES}
-BUILT = _bulkframing.native
-PURE_REQUESTED = os.environ.get(_bulkframing.PURE_ENV, "") not in ("", "0")
-MODES = ["pure"] if PURE_REQUESTED else ["c", "pure"]
+BUILT, PURE_REQUESTED, MODES = BULK_BUILT, BULK_PURE_REQUESTED, BULK_MODES
 MASK64 = (1 << 64) - 1
 
 
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     """Publishing takes the C path ("c") or pure Python ("pure") within the test."""
-    if request.param == "c":
-        assert BUILT is not None, "oncelog._bulk is not built"
-    saved = _bulkframing.native
-    _bulkframing.native = BUILT if request.param == "c" else None
-    try:
+    with bulk_mode(request.param):
         yield request.param
-    finally:
-        _bulkframing.native = saved
 
 
 def to(journal: str) -> Any:

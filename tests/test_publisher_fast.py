@@ -8,7 +8,6 @@ took before the fast path existed), run side by side with the same producer ID a
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
+from speedups_support import BULK_BUILT, BULK_MODES, BULK_PURE_REQUESTED, bulk_mode
 
 from oncelog import _bulkframing, identity
 from oncelog.framing import CONTENT_TYPE_JSON_LINES, EncodeError
@@ -28,9 +28,7 @@ from oncelog.publisher import Publisher
 from oncelog.reading import read_committed, read_uncommitted
 
 JSON = {"content-type": CONTENT_TYPE_JSON_LINES}
-BUILT = _bulkframing.native
-PURE_REQUESTED = os.environ.get(_bulkframing.PURE_ENV, "") not in ("", "0")
-MODES = ["pure"] if PURE_REQUESTED else ["c", "pure"]
+BUILT, PURE_REQUESTED, MODES = BULK_BUILT, BULK_PURE_REQUESTED, BULK_MODES
 FUTURE_NS = time.time_ns() + 10**9 * 86400 * 365  # clocks then tick deterministically
 DEADLINE = 60.0
 
@@ -39,14 +37,8 @@ DEADLINE = 60.0
 def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     """Stamping takes the C path ("c": `oncelog._bulk.stamp_json` on a C-backed clock) or
     pure Python ("pure")."""
-    if request.param == "c":
-        assert BUILT is not None, "oncelog._bulk is not built"
-    saved = _bulkframing.native
-    _bulkframing.native = BUILT if request.param == "c" else None
-    try:
+    with bulk_mode(request.param):
         yield request.param
-    finally:
-        _bulkframing.native = saved
 
 
 @pytest.fixture
