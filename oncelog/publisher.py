@@ -270,8 +270,7 @@ class Publisher:
                     # The appender `client.start_append(journal)` would give: the client
                     # drops (and closes) it when the journal is deleted or the client
                     # closed, and a deletion elsewhere makes its index stale.
-                    and not (appender := pending.appender)._closed
-                    and not appender.index.stale
+                    and (appender := pending.appender).reusable
                 ):
                     # Not the transaction's first message in the journal: its appender is
                     # held already (`_hold`), and the framing is the one it was opened with.

@@ -358,6 +358,15 @@ class Appender:
         """Claims this appender lost to another writer (each then retried at the new head)."""
         return self._persister.races_lost
 
+    @property
+    def reusable(self) -> bool:
+        """Whether `JournalClient.start_append` would still hand out this appender: it is
+        not closed (the client closes it when the journal is deleted or the client closed)
+        and its journal's index is not stale (a deletion elsewhere). Read without the lock:
+        a caller that keeps an appender between appends checks it before each, and one that
+        closes just after still fails its append as `start_append`'s would."""
+        return not self._closed and not self.index.stale
+
     def hold(self) -> None:
         """Let the open batch wait for more appends while the writer is idle (see the
         module); every `hold` must be paired with one `unhold`."""
