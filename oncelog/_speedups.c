@@ -929,8 +929,7 @@ kstep(KernelObj *k, long *flags_out)
         long flags;
         long long begin;
         if (k->replay_it == NULL) {
-            env = k->ring[start]; /* stepped through: the ring lets it go (see the */
-            k->ring[start] = NULL;  /* pure kernel's invariants) */
+            env = Py_NewRef(k->ring[start]);
             clock = k->rclock[start];
             flags = k->rflags[start];
             begin = k->rbegin[start];

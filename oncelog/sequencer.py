@@ -74,11 +74,10 @@ class Sequencer(SequencingKernel):
     bytes it holds stay within `max_bytes` (default `DEFAULT_MAX_BYTES`, 32 MiB; decoded
     messages take a few times their journal bytes in memory). A transaction that fits is
     committed from memory (ACK_COMMIT_RING); a larger one is re-read from the journal
-    (ACK_COMMIT_REPLAY). Envelopes leave the ring as `step()` hands them out, so the
-    bytes it holds are those it may still hand out. The ring never shrinks. `buffer=N`
-    alone keeps a fixed ring of N envelopes, Gazette's exact semantics, outcome for
-    outcome. Delivered envelopes, offsets and checkpoints are the same whatever the ring:
-    only the replays differ.
+    (ACK_COMMIT_REPLAY).
+    The ring never shrinks. `buffer=N` alone keeps a fixed ring of N envelopes, Gazette's
+    exact semantics, outcome for outcome. Delivered envelopes, offsets and checkpoints
+    are the same whatever the ring: only the replays differ.
 
     Where the C extension is built (and `ONCELOG_PURE_PYTHON` is not set), `Sequencer(...)`
     makes a `_NativeSequencer`: a Sequencer whose state and rules are a C kernel's

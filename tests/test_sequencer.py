@@ -185,37 +185,6 @@ def test_ring_add_and_evict():
     assert seq.offsets == {J: e11.end}
 
 
-def test_ring_lets_go_of_what_it_stepped_through():
-    """`step()` empties each ring slot it hands out (or steps past), so that a delivered
-    envelope is held by its reader alone; slots of sequences still open keep theirs."""
-    seq = Sequencer(buffer=6)
-    gen = Generator()
-    A, B = new_producer_id(), new_producer_id()
-    a1, b1, a2, a3_ack, out = (gen(A, 1, CONT), gen(B, 10, CONT), gen(A, 2, CONT),
-                               gen(A, 3, ACK), gen(A, 4, OUT))
-    assert queue(seq, a1, b1, a2, a3_ack) == [
-        Q.CONTINUE_BEGIN_SPAN, Q.CONTINUE_BEGIN_SPAN, Q.CONTINUE_EXTEND_SPAN,
-        Q.ACK_COMMIT_RING,
-    ]
-    assert seq.step() is a1
-    assert ring(seq)[0] == [None, b1, a2, a3_ack, None, None]
-    assert seq.step() is a2
-    assert seq.step() is a3_ack
-    assert seq.step() is None
-    # B's open transaction is still in the ring; A's delivered messages are not.
-    assert ring(seq)[0] == [None, b1, None, None, None, None]
-    assert partial_state(seq, B)[3:] == (1, 1)
-    assert queue(seq, out) == [Q.OUTSIDE_COMMIT]
-    assert ring(seq)[0] == [None, b1, None, None, out, None]
-    assert seq.step() is out
-    assert seq.step() is None
-    assert ring(seq)[0] == [None, b1, None, None, None, None]
-    # B's transaction still commits from the ring.
-    b2_ack = gen(B, 11, ACK)
-    assert queue(seq, b2_ack) == [Q.ACK_COMMIT_RING]
-    expect_deque(seq, b1, b2_ack)
-
-
 def test_txn_sequence_cases(caplog):
     gen = Generator()
     seq = Sequencer(buffer=3)
