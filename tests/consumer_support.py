@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from oncelog.journal import JournalClient, JournalSpec
 from oncelog.message import Envelope, Flags, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed, read_uncommitted
+from oncelog.testing.processes import run_python
 
 NDJSON = "application/x-ndjson"
 INPUTS = ("up/in-0", "up/in-1")
@@ -156,9 +156,9 @@ def kill_children(
     killed = 0
     for _ in range(attempts):
         kill_at = rng.randint(1, high) if killed < kills else 10**9
-        proc = subprocess.run(
+        proc = run_python(
             [sys.executable, str(script), *argv(kill_at)],
-            check=False, capture_output=True, text=True, timeout=120,
+            text=True, timeout=120,
         )
         assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
         if proc.returncode == 0:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -35,6 +34,7 @@ from oncelog.consumer import CheckpointStore, Consumer, SQLiteState  # noqa: E40
 from oncelog.consumer.state import is_sqlite_ref  # noqa: E402
 from oncelog.coordination import MetaStore
 from oncelog.journal import open_journals  # noqa: E402
+from oncelog.testing.processes import run_python  # noqa: E402
 
 HERE = Path(__file__).resolve()
 CHILD_TIMEOUT = 120
@@ -114,10 +114,10 @@ def child(url: str, options: str, mode: str, stage: str, nth: int) -> int:
 
 
 def run_child(target: Any, mode: str, stage: str = "", nth: int = 0) -> int:
-    proc = subprocess.run(
+    proc = run_python(
         [sys.executable, str(HERE), "child", target.url, json.dumps(target.storage_options),
          mode, stage, str(nth)],
-        check=False, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        text=True, timeout=CHILD_TIMEOUT,
     )
     if proc.returncode not in (0, -signal.SIGKILL):
         pytest.fail(f"consumer child failed with {proc.returncode}:\n{proc.stderr}")

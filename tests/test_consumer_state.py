@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -51,6 +50,7 @@ from oncelog.journal import JournalClient, open_journals
 from oncelog.message import Envelope, JSONMessage
 from oncelog.publisher import Publisher
 from oncelog.testing.faults import kill_after_writes
+from oncelog.testing.processes import run_python
 
 HERE = Path(__file__).resolve()
 CHILD_TIMEOUT = 120
@@ -453,10 +453,10 @@ def child(url: str, options: str, kill_at: int, batch: bool, disk: bool = False)
 
 def run_child(target: Any, kill_at: int, batch: bool, disk: bool = False) -> tuple[int, str]:
     mode = ("batch" if batch else "each") + ("-disk" if disk else "")
-    proc = subprocess.run(
+    proc = run_python(
         [sys.executable, str(HERE), "child", target.url, json.dumps(target.storage_options),
          str(kill_at), mode],
-        check=False, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        text=True, timeout=CHILD_TIMEOUT,
     )
     if proc.returncode not in (0, -signal.SIGKILL):
         pytest.fail(f"consumer child failed with {proc.returncode}:\n{proc.stderr}")

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from oncelog.journal.fragment import cover_set
 from oncelog.journal.index import GazetteIndex
 from oncelog.journal.reader import JournalReader
 from oncelog.testing.fixtures import StoreTarget
+from oncelog.testing.processes import run_python
 from tests.journal_support import new_journal
 
 
@@ -252,10 +252,10 @@ def test_sigkilled_compactor_loses_and_doubles_nothing(local_store: StoreTarget)
             client.compact(name, retire_grace=0)
             acked += append_singles(client, name, rng.randint(3, 15), 100)
         expected = read_all(client, name)
-        proc = subprocess.run(
+        proc = run_python(
             [sys.executable, "-c", CHILD, local_store.url,
              json.dumps(local_store.storage_options), name, str(rng.randint(1, 8))],
-            capture_output=True, text=True, timeout=120, check=False,
+            text=True, timeout=120,
         )
         assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
         outcomes["killed" if proc.returncode else "done"] += 1

@@ -35,6 +35,7 @@ from oncelog.journal.errors import MissingFragment, StorageUnavailable
 from oncelog.journal.fragment import Codec, content_sum, encode
 from oncelog.journal.store import Claim
 from oncelog.testing.fixtures import StoreTarget
+from oncelog.testing.processes import run_python
 
 
 @pytest.fixture
@@ -676,10 +677,10 @@ def test_verify_is_clean_after_a_maintainer_sigkilled_at_any_write(
         append_msgs(client, name, 30)
         client.compact(name, retire_grace=0)
         append_msgs(client, name, 20, 30)
-        proc = subprocess.run(
+        proc = run_python(
             [sys.executable, "-c", MAINTAINER, local_store.url,
              orjson.dumps(local_store.storage_options).decode(), name, str(kill_at)],
-            capture_output=True, text=True, timeout=120, check=False,
+            text=True, timeout=120,
         )
         assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
         verified(local_store, name)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -24,6 +23,7 @@ import pytest
 from oncelog import JSONMessage, Publisher, read_committed
 from oncelog.journal import FragmentSpec, JournalClient, JournalSpec
 from oncelog.testing.fixtures import StoreTarget
+from oncelog.testing.processes import run_python
 
 NDJSON = "application/x-ndjson"
 PLAN = [1, 3, 1, 12, 2, 1, 5, 1]  # messages per transaction; 12 of them span fragments
@@ -54,7 +54,7 @@ print("writes", writes(), flush=True)
 def run_child(target: StoreTarget, name: str, kill_at: int, start: int = 0) -> tuple[str, str]:
     """Run the plan from transaction `start` in a child killed after write `kill_at` (0:
     never); returns ("killed" or "done", its stdout)."""
-    proc = subprocess.run(
+    proc = run_python(
         [
             sys.executable,
             "-c",
@@ -66,7 +66,6 @@ def run_child(target: StoreTarget, name: str, kill_at: int, start: int = 0) -> t
             str(start),
             json.dumps(PLAN),
         ],
-        capture_output=True,
         text=True,
         timeout=120,
     )

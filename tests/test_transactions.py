@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
 import sys
 import threading
 from typing import Any
@@ -19,6 +18,7 @@ from oncelog.journal import JournalClient, JournalSpec
 from oncelog.mapping import PolledList
 from oncelog.publisher import TransactionError, TransactionExpired
 from oncelog.testing.fixtures import StoreTarget
+from oncelog.testing.processes import run_python
 from oncelog.transactions import (
     TransactionalLog,
     append_intents,
@@ -346,7 +346,7 @@ print("done", writes(), flush=True)
 
 
 def _run_child(target: StoreTarget, tid: str, names: list[str], kill_at: int, txn: int) -> str:
-    proc = subprocess.run(
+    proc = run_python(
         [
             sys.executable,
             "-c",
@@ -358,7 +358,6 @@ def _run_child(target: StoreTarget, tid: str, names: list[str], kill_at: int, tx
             str(kill_at),
             str(txn),
         ],
-        capture_output=True,
         text=True,
         timeout=120,
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -25,6 +24,7 @@ from oncelog.journal import JournalClient, JournalSpec
 from oncelog.publisher import TransactionError
 from oncelog.testing.faults import kill_after_writes
 from oncelog.testing.fixtures import StoreTarget
+from oncelog.testing.processes import run_python
 from oncelog.transactions import TransactionalLog, read_record
 
 HERE = Path(__file__).resolve()
@@ -240,10 +240,10 @@ def takeover_child(url: str, options: str, tid: str, kill_at: int) -> None:
 
 def run_takeover(target: StoreTarget, tid: str, kill_at: int) -> str:
     """Run one takeover child: "killed", or the number of writes it made (as text)."""
-    proc = subprocess.run(
+    proc = run_python(
         [sys.executable, str(HERE), "takeover", target.url,
          json.dumps(target.storage_options), tid, str(kill_at)],
-        check=False, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+        text=True, timeout=CHILD_TIMEOUT,
     )
     if proc.returncode == -signal.SIGKILL:
         return "killed"
