@@ -29,6 +29,7 @@ from oncelog.testing.processes import (
     kill_at_random,
     pause,
     resume,
+    run_python,
     start_function,
     start_script,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "kill_at_random",
     "pause",
     "resume",
+    "run_python",
     "start_function",
     "start_script",
     "without_botocore_retries",
