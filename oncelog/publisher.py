@@ -87,12 +87,11 @@ class _Pending:
     `ProducerTransaction` (clocks and state; guarded by the publisher's `_txn_lock`).
 
     `appender`: the client's appender of the journal (the one `client.start_append` gave
-    the transaction's first message there, held by an open `transaction()`). `stamp`: what
-    `publish_uncommitted`'s fast path stamps and frames the journal's next JSONMessages with
-    (`_bulkframing.stamp_json`'s C or pure form), chosen once, at that first message; None
-    where that path never applies (a transactional id, a clock of the caller's, a framing
-    other than exactly `JSONFraming`). Invariant: `stamp` is not None only if `framing` is
-    exactly a `JSONFraming`."""
+    the transaction's first message there, held by an open `transaction()`). `stamp`: the
+    publisher's `_stamper` where `publish_uncommitted`'s fast path applies to the journal's
+    next JSONMessages; None where it never does (a transactional id, a clock of the
+    caller's, a framing other than exactly `JSONFraming`). Invariant: `stamp` is not None
+    only if `framing` is exactly a `JSONFraming`."""
 
     ack: Message
     framing: Framing
@@ -183,14 +182,24 @@ class Publisher:
         self._log: TransactionalLog | None = None
         self._seq = 0
         self._templates: dict[str, _Template] = {}
-        # The fast path of publish_* (JSONMessages, see `_stamp`) needs our own clock (it
-        # moves as `Clock.advance`), no transactional id (no hook before a message), and a
-        # client appending records made under its write lock.
-        self._fast = (
+        # What the fast path of publish_* stamps and frames JSONMessages with, chosen once
+        # (None: every message takes the general path). It needs our own clock (it moves
+        # as `Clock.advance`), no transactional id (no hook before a message), and a client
+        # appending records made under its write lock: the C `stamp_json` when
+        # `oncelog._bulk` is loaded and our clock is C-backed, else `stamp_json_pure`. Both
+        # give the bytes, UUID text and errors of stamping + `JSONFraming.marshal`.
+        self._stamper: Stamp | None = None
+        if (
             self._auto_clock
             and transactional_id is None
             and callable(getattr(client, "append_made", None))
-        )
+        ):
+            native = _bulkframing.native
+            self._stamper = (
+                native.stamp_json
+                if native is not None and isinstance(self.clock, native.ClockCore)
+                else _stamp_pure
+            )
         if transactional_id is not None:
             from oncelog.transactions import TransactionalLog
 
@@ -213,19 +222,15 @@ class Publisher:
         """Append `msg` for immediate read-committed delivery (Flags.OUTSIDE_TXN)."""
         if self._fenced or self._broken or self._expired:
             self._check_usable()
-        if type(msg) is not JSONMessage or not self._fast:
+        stamp = self._stamper
+        if stamp is None or type(msg) is not JSONMessage:
             return self._publish(mapping, msg, _OUTSIDE_TXN)[3]
-        # The fast path (see `_stamp`): what `_publish` does, for a JSONMessage of a
+        # The fast path (see `_stamper`): what `_publish` does, for a JSONMessage of a
         # JSON-lines journal, with the stamping and framing in one call under the lock.
         journal, content_type = mapping(msg)
         framing = _framings.get(content_type)
         doc = msg.doc
-        if (
-            type(framing) is not JSONFraming
-            or type(doc) is not dict
-            or journal in self._pending
-            or (stamp := self._stamp()) is None
-        ):
+        if type(framing) is not JSONFraming or type(doc) is not dict or journal in self._pending:
             return self._publish_to(journal, content_type, msg, _OUTSIDE_TXN)[3]
         append, clock = self.client.append_made(
             journal, stamp, doc, msg.uuid_field, self.producer_id, self.clock, _OUTSIDE_TXN,
@@ -250,7 +255,7 @@ class Publisher:
         try:
             if self._fenced or self._broken or self._expired:
                 self._check_usable()
-            if type(msg) is not JSONMessage or not self._fast:
+            if type(msg) is not JSONMessage or self._stamper is None:
                 # _before_uncommitted matters only with a transactional id.
                 before = None if self._log is None else self._before_uncommitted
                 journal, framing, clock, append = self._publish(
@@ -301,19 +306,6 @@ class Publisher:
         finally:
             txn_lock.release()
 
-    def _stamp(self) -> Stamp | None:
-        """The fast path's stamper for a JSONMessage to a JSON-lines journal (None: take the
-        general path): the C `stamp_json` when `oncelog._bulk` is loaded and our clock is
-        C-backed, else `stamp_json_pure`. Both move the clock as `Clock.advance` (the
-        general path's `_publish` with our own clock and no transactional id) and give the
-        bytes, UUID text and errors of stamping the document + `JSONFraming.marshal`."""
-        if not self._fast:
-            return None
-        native = _bulkframing.native
-        if native is not None and isinstance(self.clock, native.ClockCore):
-            return native.stamp_json  # type: ignore[no-any-return]
-        return _stamp_pure
-
     def _open_journal(
         self,
         journal: str,
@@ -336,7 +328,7 @@ class Publisher:
         )
         txn.note(first, last)
         ack = msg.new_acknowledgement(journal)
-        stamp = self._stamp() if type(framing) is JSONFraming else None
+        stamp = self._stamper if type(framing) is JSONFraming else None
         self._pending[journal] = _Pending(ack, framing, txn, appender, stamp)
         if journal not in self._templates:
             self._templates[journal] = _Template(ack, framing, first)

@@ -2,7 +2,7 @@
 JSON-lines journals): the same bytes, UUIDs, clocks, offsets, results and errors as the
 general path, C and pure Python; safe with threads; and it steps aside where it must.
 
-The general path is the one a publisher with `_fast = False` takes (the code every message
+The general path is the one a publisher with `_stamper = None` takes (the code every message
 took before the fast path existed), run side by side with the same producer ID and clock.
 """
 
@@ -76,7 +76,7 @@ def route(side: str) -> Any:
 def twin_publishers(client: JournalClient) -> tuple[Publisher, Publisher]:
     """A fast publisher and a general-path one with the same producer ID and clock value."""
     fast, slow = Publisher(client), Publisher(client)
-    slow._fast = False
+    slow._stamper = None
     slow.producer_id = fast.producer_id
     fast.clock.update(FUTURE_NS)
     slow.clock.update(FUTURE_NS)

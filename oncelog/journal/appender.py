@@ -409,38 +409,17 @@ class Appender:
         token)`. For a record stamped with something that must follow the journal's append
         order (a publisher's clock, `oncelog.publisher`): `make` runs in that order.
 
-        Same batches, seals, hand-overs and holds as `start_append` + `write` + `release`
-        (the release below is `AsyncAppend.release`, inline: keep them in step). If `make`
-        (or copying its data) raises, the append is released empty, as `release()` after a
-        failed `write` in a `finally` would (nothing is appended), and the error propagates.
+        It is exactly `start_append` + `write` + `release` (same batches, seals, hand-overs
+        and holds). If `make` (or copying its data) raises, the append is released empty, as
+        `release()` after a failed `write` in a `finally` would (nothing is appended), and
+        the error propagates.
         """
-        self._write_lock.acquire()
-        batch = self._open
-        begin = len(batch.buf)
-        if begin >= self._room:
-            batch = self._next_batch(batch)  # lets the lock go if it raises
-            begin = len(batch.buf)
-        append = AsyncAppend(self, batch, begin)
+        append = self.start_append()
         try:
             data, token = make(*args)
-            batch.buf += data
-        except BaseException:
+            append._batch.buf += data
+        finally:
             append.release()
-            raise
-        append._end = len(batch.buf)
-        if batch.used:
-            if self._seal_requested:
-                self._hand_over()
-            else:
-                self._write_lock.release()
-            return append, token
-        batch.used = True  # the batch's first append: its flush_interval starts now
-        batch.created = _monotonic()
-        if self._seal_requested:
-            self._hand_over()
-            return append, token
-        self._write_lock.release()
-        self._wake()
         return append, token
 
     def _next_batch(self, batch: _Batch) -> _Batch:
