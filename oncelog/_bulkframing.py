@@ -11,11 +11,11 @@ Two implementations give the same bytes (the tests run both on the same inputs):
 objects, the UUID text formatted into the output) and `frame_json_pure`. The C path is
 used when built, unless `ONCELOG_PURE_PYTHON=1`.
 
-`stamp_json(doc, key, producer, clock, flags)` is the one-message path of
-`Publisher.publish_uncommitted` / `publish_committed`: advance `clock`, set `doc[key]` to the
-UUID text, and return `(line, clock value)`, the line exactly what `JSONFraming.marshal`
-gives the stamped document, with its errors (`stamp_json_pure` is the reference; the C
-`oncelog._bulk.stamp_json` does it in one call on a C-backed `Clock`).
+`stamper(clock)` gives the one-message path of `Publisher.publish_uncommitted` /
+`publish_committed`: `stamp(doc, key, producer, clock, flags, fail)` advances `clock`, sets
+`doc[key]` to the UUID text, and returns `(line, clock value)`, the line exactly what
+`JSONFraming.marshal` gives the stamped document, with its errors (`stamp_json_pure` is
+the reference; the C `oncelog._bulk.stamp_json` does it in one call on a C-backed `Clock`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ __all__ = [
     "format_uuid",
     "native",
     "PURE_ENV",
-    "stamp_json",
+    "stamper",
+    "Stamp",
     "stamp_json_pure",
     "stamp_failed",
 ]
@@ -127,14 +128,16 @@ def stamp_json_pure(
     return line, value
 
 
-def stamp_json(
-    doc: dict[str, Any], key: str, producer: bytes, clock: Clock, flags: int
-) -> tuple[bytes, int]:
-    """`stamp_json_pure`, in one C call where `oncelog._bulk` is loaded and `clock` is
-    C-backed (a `Clock` made while it was loaded)."""
+Stamp = Callable[..., "tuple[bytes, int]"]
+"""`stamp(doc, key, producer, clock, flags, fail) -> (line, clock value)`."""
+
+
+def stamper(clock: Clock) -> Stamp:
+    """The stamp function for `clock`: the C `stamp_json` where `oncelog._bulk` is loaded and
+    `clock` is C-backed (a `Clock` made while it was loaded), else `stamp_json_pure`."""
     if native is not None and isinstance(clock, native.ClockCore):
-        return native.stamp_json(doc, key, producer, clock, flags, stamp_failed)  # type: ignore[no-any-return]
-    return stamp_json_pure(doc, key, producer, clock, flags)
+        return native.stamp_json  # type: ignore[no-any-return]
+    return stamp_json_pure
 
 
 def _check_ids(producer: bytes, first_clock: int, flags: int) -> None:

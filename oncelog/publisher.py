@@ -72,11 +72,7 @@ _CONTINUE_TXN = Flags.CONTINUE_TXN
 Mapping = Callable[[Any], "tuple[str, str]"]
 """A mapping picks a message's journal: `mapping(msg) -> (journal_name, content_type)`."""
 
-Stamp = Callable[..., "tuple[bytes, int]"]
-"""`stamp(doc, key, producer, clock, flags, fail) -> (line, clock)`: `_bulkframing.stamp_json`
-in C (`oncelog._bulk.stamp_json`) or pure Python (`stamp_json_pure`)."""
-
-_stamp_pure: Stamp = _bulkframing.stamp_json_pure
+Stamp = _bulkframing.Stamp
 _stamp_failed = _bulkframing.stamp_failed
 _OPEN = TxnState.OPEN
 
@@ -185,21 +181,15 @@ class Publisher:
         # What the fast path of publish_* stamps and frames JSONMessages with, chosen once
         # (None: every message takes the general path). It needs our own clock (it moves
         # as `Clock.advance`), no transactional id (no hook before a message), and a client
-        # appending records made under its write lock: the C `stamp_json` when
-        # `oncelog._bulk` is loaded and our clock is C-backed, else `stamp_json_pure`. Both
-        # give the bytes, UUID text and errors of stamping + `JSONFraming.marshal`.
+        # appending records made under its write lock (`_bulkframing.stamper`: the bytes,
+        # UUID text and errors of stamping + `JSONFraming.marshal`).
         self._stamper: Stamp | None = None
         if (
             self._auto_clock
             and transactional_id is None
             and callable(getattr(client, "append_made", None))
         ):
-            native = _bulkframing.native
-            self._stamper = (
-                native.stamp_json
-                if native is not None and isinstance(self.clock, native.ClockCore)
-                else _stamp_pure
-            )
+            self._stamper = _bulkframing.stamper(self.clock)
         if transactional_id is not None:
             from oncelog.transactions import TransactionalLog
 
