@@ -301,3 +301,67 @@ def test_an_append_after_a_failed_one_is_stored_intact(memory_store: Any) -> Non
         assert client.read(name).read() == b"second"
     finally:
         client.close()
+
+
+def test_a_fragment_collected_while_its_writer_was_paused_is_stored_again(
+    store_url: Any,
+) -> None:
+    """A writer stopped between storing a fragment and claiming it (a zombie, for longer than
+    a gc's grace) wins a claim naming an object gc deleted: it notices, stores the same bytes
+    again, and what it acknowledged is readable, by itself and by anyone else."""
+    client, other = store_url.open(), store_url.open()
+    try:
+        name = new_journal(client)
+        persister = client._appender(name)._persister
+        persister.recheck_after = 0.0  # the pause below is simulated, not waited out
+        claimer = persister._claimer
+        real_claim = claimer.claim
+        collected: list[Any] = []
+
+        def claim_after_a_pause(sealed: Any) -> Any:
+            # Where the writer was stopped: another process's gc ran meanwhile.
+            collected.extend(other.gc(name, grace=0))
+            return real_claim(sealed)
+
+        claimer.claim = claim_after_a_pause  # type: ignore[method-assign]
+        assert client.append(name, b"acknowledged\n") == AppendResult(0, 13)
+        assert len(collected) == 1 and collected[0].begin == 0  # ours was deleted
+        assert persister.fragments_restored == 1
+        claimer.claim = real_claim  # type: ignore[method-assign]
+        assert client.append(name, b"next\n") == AppendResult(13, 18)
+        fresh = store_url.open()
+        try:
+            assert fresh.read(name).read() == b"acknowledged\nnext\n"
+            report = fresh.verify(name)
+            assert report.ok, report.problems
+        finally:
+            fresh.close()
+    finally:
+        other.close()
+        client.close()
+
+
+def test_a_prompt_claim_does_not_look_its_fragment_up_again(memory_store: Any) -> None:
+    client = memory_store.open()
+    try:
+        name = new_journal(client)
+        backend = client.store.backend
+        looked_up: list[str] = []
+        original = backend.exists
+
+        def exists(path: str) -> bool:
+            looked_up.append(path)
+            return original(path)
+
+        backend.exists = exists  # type: ignore[method-assign]
+        persister = client._appender(name)._persister
+        assert persister.recheck_after == persister_module.RECHECK_AFTER == 1.0
+        for i in range(5):
+            client.append(name, b"%d\n" % i)
+        assert [p for p in looked_up if "/.oncelog/" not in p and name in p] == []
+        persister.recheck_after = 0.0  # every claim now counts as late: checked, present
+        client.append(name, b"late\n")
+        assert len([p for p in looked_up if p.endswith(".raw")]) == 1
+        assert persister.fragments_restored == 0
+    finally:
+        client.close()

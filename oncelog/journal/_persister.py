@@ -17,6 +17,13 @@ each batch's bytes to `Persister.persist`, which
    server-side copy and a delete on S3), so that a lost race or a stale claim costs a few
    requests and no bytes sent again, then claims again, until retry_timeout.
 
+5. when the claim was WON long after the bytes were first stored (`recheck_after`, 1 s: the
+   writer was paused, say a process stopped and resumed as a zombie, or its storage slow),
+   checks that the fragment is still there and stores it again under the same name if not.
+   `gc` deletes unclaimed fragments older than its grace; a writer stopped between storing
+   and claiming for longer than that grace would otherwise win a claim naming a deleted
+   object, and report durable bytes the journal no longer has.
+
 Invariant: `persist` returns only after a WON claim (the bytes are durable and are the
 journal's at the returned offset), and raises AppendFailed otherwise, saying whether the
 append was not made or its outcome is unknown; a batch's bytes are sealed once whatever
@@ -31,6 +38,7 @@ leaf in the lock order).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -48,6 +56,11 @@ from oncelog.journal.store import FragmentStore
 __all__ = ["Persister"]
 
 _OVERLAP_MIN = 1 << 20  # batches from this size are hashed in another thread while written
+RECHECK_AFTER = 1.0
+"""Seconds from first storing a batch's bytes to winning their claim after which the writer
+checks that its fragment is still stored (see the module, step 5)."""
+
+log = logging.getLogger(__name__)
 
 _HASH_POOL: ThreadPoolExecutor | None = None
 _HASH_POOL_LOCK = threading.Lock()
@@ -86,6 +99,8 @@ class Persister:
         self.retry_timeout = retry_timeout
         self.fragments_written = 0
         self.races_lost = 0
+        self.fragments_restored = 0  # claimed fragments found deleted and stored again
+        self.recheck_after = RECHECK_AFTER
         self._claimer = Claimer(store, index, retry_timeout)
 
     @property
@@ -105,6 +120,9 @@ class Persister:
         if size == 0:
             head: int = self._retry(self.index.ensure_loaded, "load the index")
             return head
+        # Before the bytes are first stored: gc counts an object's age from then (a move
+        # after a lost race keeps it), by the wall clock; a pause counts on the monotonic.
+        first_stored = (time.monotonic(), time.time())
         staged: StagedFile | None = None
         # Sealed once per batch (raw fragments' block sums cost about 1/7 of the SHA1, and
         # let go of the GIL like it), not per claim attempt.
@@ -179,6 +197,7 @@ class Persister:
             self._retry(lambda: store_at(fragment), f"write {fragment}")
             placement = self._claimer.claim(placed)
             if placement is Placement.WON:
+                self._ensure_stored(fragment, sealed, first_stored)
                 self.fragments_written += 1
                 return placed.begin
             if placement is Placement.LOST:
@@ -191,6 +210,38 @@ class Persister:
                 # The winner appended the very same bytes at the same offsets: its claim
                 # names our object, which is now its fragment. Leave it; write ours afresh.
                 current = None
+
+    def _ensure_stored(
+        self, fragment: Fragment, sealed: SealedFragment, first_stored: tuple[float, float]
+    ) -> None:
+        """After a WON claim that came `recheck_after` seconds or more after the bytes were
+        first stored: make sure the claimed fragment exists, storing it again (same content
+        name, same bytes) if a gc deleted it meanwhile (see the module, step 5)."""
+        elapsed = max(time.monotonic() - first_stored[0], time.time() - first_stored[1])
+        if elapsed < self.recheck_after:
+            return
+        path = self.store.fragment_path(fragment)
+        where = f"fragment {fragment.stored_name} of journal {self.journal!r}"
+        try:
+            if self._retry(lambda: self.store.backend.exists(path), f"look up {where}"):
+                return
+            log.warning(
+                "%s (offsets %d-%d) was deleted between being stored and claimed %.1f s "
+                "later (a gc with a shorter grace): storing it again",
+                where, fragment.begin, fragment.end, elapsed,
+            )
+            self._retry(
+                lambda: self.store.write_fragment(fragment, sealed.stored), f"store {where}"
+            )
+        except AppendFailed as exc:
+            raise AppendFailed(
+                f"journal {self.journal!r}: offsets {fragment.begin}-{fragment.end} are "
+                f"claimed for {where}, claimed {elapsed:.1f} s after it was first stored, "
+                f"but it could not be checked or stored again ({exc}); the append's outcome "
+                "is unknown: `oncelog journals verify` reports the fragment if it is missing",
+                made=None,
+            ) from exc
+        self.fragments_restored += 1
 
     def _retry(self, op: Callable[[], Any], what: str) -> Any:
         """Run a storage call, retrying transient failures with backoff until retry_timeout
