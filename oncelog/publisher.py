@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,10 +20,10 @@ from oncelog import _bulkframing
 from oncelog.errors import FencedOut, TransactionError, TransactionExpired
 from oncelog.framing import Framing, for_content_type
 from oncelog.framing.base import EncodeError
-from oncelog.framing.base import registered as _framings
+from oncelog.framing.base import registered_get as _framing_of
 from oncelog.framing.jsonlines import JSONFraming
 from oncelog.intents import AckIntent, start_intents
-from oncelog.journal.appender import appender_of, first_failure
+from oncelog.journal.appender import Lane, Outstanding, appender_of, first_failure
 from oncelog.journal.errors import AppendFailed
 from oncelog.mapping import PartitionSpec, content_type_of
 from oncelog.message import (
@@ -63,7 +62,6 @@ log = logging.getLogger(__name__)
 
 RECOVERY_ATTEMPTS = 8
 _MASK64 = (1 << 64) - 1
-_PRUNE_AT = 1024  # appends kept in `_outstanding` before the durable ones are forgotten
 
 
 _OUTSIDE_TXN = Flags.OUTSIDE_TXN
@@ -77,23 +75,36 @@ _stamp_failed = _bulkframing.stamp_failed
 _OPEN = TxnState.OPEN
 
 
+def _durable(append: AsyncAppend) -> bool:
+    """Whether `append` is done and written (done() is true of a failed one too)."""
+    if not append.done():
+        return False
+    try:
+        append.result(0)
+    except Exception:  # noqa: BLE001 - failed: not durable, whatever the error
+        return False
+    return True
+
+
 @dataclass(slots=True)
 class _Pending:
     """What a transaction wrote to one journal: an ACK template, and the journal's
     `ProducerTransaction` (clocks and state; guarded by the publisher's `_txn_lock`).
 
     `appender`: the client's appender of the journal (the one `client.start_append` gave
-    the transaction's first message there, held by an open `transaction()`). `stamp`: the
-    publisher's `_stamper` where `publish_uncommitted`'s fast path applies to the journal's
-    next JSONMessages; None where it never does (a transactional id, a clock of the
-    caller's, a framing other than exactly `JSONFraming`). Invariant: `stamp` is not None
-    only if `framing` is exactly a `JSONFraming`."""
+    the transaction's first message there, held by an open `transaction()`). `lane`: how
+    `publish_uncommitted`'s fast path appends the journal's next JSONMessages (a `Lane` on
+    `appender`: made by the publisher's `_stamper` with its producer ID, clock and
+    CONTINUE_TXN, remembered in its `_outstanding`). None where the fast path never applies
+    (a transactional id, a clock of the caller's, a framing other than exactly
+    `JSONFraming`) or no longer does (the producer ID changed). Invariant: `lane` is not
+    None only if `framing` is exactly a `JSONFraming`."""
 
     ack: Message
     framing: Framing
     txn: ProducerTransaction
     appender: Appender
-    stamp: Stamp | None = None
+    lane: Lane | None = None
 
 
 @dataclass(slots=True)
@@ -159,8 +170,9 @@ class Publisher:
         # Per journal, the clock a read-committed reader last saw acknowledged from us:
         # a rollback re-asserts it.
         self._acked: dict[str, int] = {}
-        self._outstanding: deque[AsyncAppend] = deque()  # guarded by _lock, as _acked
-        self._prune_at = _PRUNE_AT
+        # What flush and commits wait for: atomic operations, `add` without a lock; `take`
+        # and `restore` under `_lock` (flush and pruning must not interleave).
+        self._outstanding = Outstanding()
         self._lock = threading.Lock()
         self._in_transaction = False
         # Appenders of the journals the open transaction() wrote, held (`Appender.hold`) so
@@ -218,7 +230,7 @@ class Publisher:
         # The fast path (see `_stamper`): what `_publish` does, for a JSONMessage of a
         # JSON-lines journal, with the stamping and framing in one call under the lock.
         journal, content_type = mapping(msg)
-        framing = _framings.get(content_type)
+        framing = _framing_of(content_type)
         doc = msg.doc
         if type(framing) is not JSONFraming or type(doc) is not dict or journal in self._pending:
             return self._publish_to(journal, content_type, msg, _OUTSIDE_TXN)[3]
@@ -236,7 +248,7 @@ class Publisher:
         from `build_ack_intents` (or `transaction()`'s commit) is appended.
 
         A JSONMessage to a JSON-lines journal this transaction already wrote takes a fast
-        path (`_Pending.stamp`): the same checks, clock, bytes, errors and bookkeeping as
+        path (`_Pending.lane`): the same checks, clock, bytes, errors and bookkeeping as
         the general path, with the per-journal work done once, at the transaction's first
         message there, and the stamping, framing and append made in one call each.
         """
@@ -257,23 +269,22 @@ class Publisher:
                 journal, content_type = mapping(msg)
                 pending = self._pending.get(journal)
                 doc = msg.doc
+                made: tuple[AsyncAppend, int] | None
                 if (
                     pending is not None
-                    and (stamp := pending.stamp) is not None
-                    and _framings.get(content_type) is pending.framing
+                    and (lane := pending.lane) is not None
+                    and _framing_of(content_type) is pending.framing
                     and type(doc) is dict
-                    # The appender `client.start_append(journal)` would give: the client
-                    # drops (and closes) it when the journal is deleted or the client
-                    # closed, and a deletion elsewhere makes its index stale.
-                    and (appender := pending.appender).reusable
+                    # Stamped, framed, appended and tracked (`_track`) in one call, unless
+                    # the appender is no longer the one `client.start_append(journal)`
+                    # would give (None: `appender.reusable` is false; the client closes it
+                    # when the journal is deleted or the client closed, and a deletion
+                    # elsewhere makes its index stale). Not the transaction's first
+                    # message in the journal: its appender is held already (`_hold`), and
+                    # the framing is the one it was opened with.
+                    and (made := lane.append(doc, msg.uuid_field)) is not None
                 ):
-                    # Not the transaction's first message in the journal: its appender is
-                    # held already (`_hold`), and the framing is the one it was opened with.
-                    append, clock = appender.append_made(
-                        stamp, doc, msg.uuid_field, self.producer_id, self.clock,
-                        _CONTINUE_TXN, _stamp_failed,
-                    )
-                    self._track(append)
+                    append, clock = made
                     txn = pending.txn
                     if clock > txn.last_clock and txn.state is _OPEN:
                         txn.last_clock = clock  # what txn.note(clock) does here
@@ -318,8 +329,16 @@ class Publisher:
         )
         txn.note(first, last)
         ack = msg.new_acknowledgement(journal)
-        stamp = self._stamper if type(framing) is JSONFraming else None
-        self._pending[journal] = _Pending(ack, framing, txn, appender, stamp)
+        lane = None
+        if self._stamper is not None and type(framing) is JSONFraming:
+            lane = Lane(
+                appender,
+                self._stamper,
+                (self.producer_id, self.clock, _CONTINUE_TXN, _stamp_failed),
+                self._outstanding,
+                self._prune,
+            )
+        self._pending[journal] = _Pending(ack, framing, txn, appender, lane)
         if journal not in self._templates:
             self._templates[journal] = _Template(ack, framing, first)
 
@@ -450,7 +469,7 @@ class Publisher:
                     "committed message there would roll them back (Gazette's sequencing); "
                     "commit or roll back first"
                 )
-            framing = _framings.get(content_type) or for_content_type(content_type)
+            framing = _framing_of(content_type) or for_content_type(content_type)
             plans.append((journal, framing, self._bulk_form(journal, framing, group)))
         appends = []
         for journal, framing, (docs, key, template) in plans:
@@ -577,7 +596,7 @@ class Publisher:
             )
         # The registry's keys are normalized content types: a hit is what for_content_type
         # would find; anything else takes the full lookup.
-        framing = _framings.get(content_type) or for_content_type(content_type)
+        framing = _framing_of(content_type) or for_content_type(content_type)
         if before is not None:
             before(journal, framing, msg)
         append = self.client.start_append(journal)
@@ -623,27 +642,29 @@ class Publisher:
     ) -> None:
         """Remember `append` until it is durable (`flush`, commits), and, for a committed
         message at `clock` to journal `committed_to`, that it acknowledges the journal up
-        to there. Every publish ends here (the hot path: plain acquire/release)."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            outstanding = self._outstanding
-            outstanding.append(append)
-            if len(outstanding) > self._prune_at:
-                self._prune()
-            if committed_to is not None and clock > self._acked.get(committed_to, 0):
-                self._acked[committed_to] = clock
-        finally:
-            lock.release()
+        to there. Every publish ends here.
+
+        `_outstanding` keeps the latest append of each batch, one entry per fragment rather
+        than one per message (appends in one batch share one fragment and one outcome, and
+        tracked appends are released, never aborted)."""
+        if self._outstanding.add(append):
+            self._prune()
+        if committed_to is not None:
+            with self._lock:
+                if clock > self._acked.get(committed_to, 0):
+                    self._acked[committed_to] = clock
 
     def _prune(self) -> None:
-        """Forget the appends already durable from the front of `_outstanding` (caller holds
-        `_lock`). Done in bulk, once the deque outgrows `_prune_at`, rather than per publish:
-        the bound doubles while appends stay pending, and shrinks back once they are done."""
-        outstanding = self._outstanding
-        while outstanding and outstanding[0].done():
-            outstanding.popleft()
-        self._prune_at = max(_PRUNE_AT, 2 * len(outstanding))
+        """Forget the appends already durable from the front of `_outstanding`. Done in bulk,
+        once it outgrows its bound, rather than per publish: the bound doubles while appends
+        stay pending, and shrinks back once they are done. A failed append is kept (it is
+        done too): the next `flush` or commit must still report it."""
+        with self._lock:
+            taken = self._outstanding.take()
+            first = 0
+            while first < len(taken) and _durable(taken[first]):
+                first += 1
+            self._outstanding.restore(taken[first:])
 
     # -- transactions ------------------------------------------------------------------
 
@@ -788,8 +809,7 @@ class Publisher:
             return None
         (journal,) = self._pending
         with self._lock:
-            outstanding = list(self._outstanding)
-            self._outstanding.clear()
+            outstanding = self._outstanding.take()
         held = []
         for append in outstanding:
             if append.journal == journal:
@@ -955,6 +975,8 @@ class Publisher:
             self.producer_id = new_producer_id()
             self._acked = {}
         self._templates = {}
+        for pending in self._pending.values():
+            pending.lane = None  # stamped with the old ID: later messages take the general path
 
     # -- transactional ids ------------------------------------------------------------------
 
@@ -1093,7 +1115,6 @@ class Publisher:
         """Wait until every message this publisher appended is durable (raises the first
         failure)."""
         with self._lock:
-            outstanding = list(self._outstanding)
-            self._outstanding.clear()
+            outstanding = self._outstanding.take()
         for append in outstanding:
             append.result(timeout)

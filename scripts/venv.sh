@@ -18,7 +18,8 @@ stamp="$venv/.oncelog-installed-${extras:-base}"
 # Reinstall only when the build inputs (pyproject.toml, setup.py, the C speed-ups) changed
 # since the last install of these extras.
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-    || [ oncelog/_speedups.c -nt "$stamp" ] || [ oncelog/_bulk.c -nt "$stamp" ]; then
+    || [ oncelog/_speedups.c -nt "$stamp" ] || [ oncelog/_bulk.c -nt "$stamp" ] \
+    || [ oncelog/_spool.c -nt "$stamp" ]; then
     spec="."
     what="oncelog"
     if [ -n "$extras" ]; then
@@ -36,7 +37,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
         say "pip install failed (its output is above, and in $log)"
         exit 1
     fi
-    if "$venv/bin/python" -c "import oncelog._speedups, oncelog._bulk" >/dev/null 2>&1; then
+    if "$venv/bin/python" -c "import oncelog._speedups, oncelog._bulk, oncelog._spool" \
+        >/dev/null 2>&1; then
         speedups="C speed-ups built"
     else
         speedups="C speed-ups not built (no C compiler?): the pure-Python path runs"

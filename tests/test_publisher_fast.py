@@ -19,10 +19,12 @@ import pytest
 from speedups_support import BULK_BUILT, BULK_MODES, BULK_PURE_REQUESTED, bulk_mode
 
 from oncelog import _bulkframing, identity
+from oncelog import publisher as publisher_module
 from oncelog.framing import CONTENT_TYPE_JSON_LINES, EncodeError
 from oncelog.framing.jsonlines import JSONFraming
-from oncelog.journal import JournalClient, JournalSpec, open_journals
+from oncelog.journal import FragmentSpec, JournalClient, JournalSpec, _spoolcore, open_journals
 from oncelog.journal.appender import Appender
+from oncelog.journal.errors import AppendFailed
 from oncelog.message import Clock, JSONMessage, clock_from_unix_ns, uuid_text
 from oncelog.publisher import Publisher
 from oncelog.reading import read_committed, read_uncommitted
@@ -44,7 +46,7 @@ def mode(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[JournalClient]:
     c = open_journals(str(tmp_path / "store"))
-    for side in ("fast", "slow"):
+    for side in ("fast", "slow", "real"):
         for name in ("a", "b", "c"):
             c.create(JournalSpec(f"{side}/{name}", labels=JSON))
     yield c
@@ -126,6 +128,24 @@ def history(pub: Publisher, side: str) -> list[Any]:
     return seen
 
 
+def count_fast_appends(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The journals of the appends the fast paths make, in order (stamping errors included).
+    `publish_committed`'s goes through `Appender.append_made`, counted here; the publisher's
+    lanes are replaced by the pure `Lane`, which makes its appends through that method (the C
+    lane makes them in C, out of a patch's reach: tests/test_spool_cores.py tests it against
+    the pure one, and the fast-path tests run it unpatched beside the counted run)."""
+    made: list[str] = []
+    original = Appender.append_made
+
+    def counting(self: Appender, *args: Any) -> Any:
+        made.append(self.journal)
+        return original(self, *args)
+
+    monkeypatch.setattr(Appender, "append_made", counting)
+    monkeypatch.setattr(publisher_module, "Lane", _spoolcore.Lane)
+    return made
+
+
 def journal_bytes(client: JournalClient, journal: str) -> bytes:
     with client.read(journal) as reader:
         return bytes(reader.read())
@@ -134,21 +154,20 @@ def journal_bytes(client: JournalClient, journal: str) -> bytes:
 def test_fast_path_gives_the_general_paths_bytes_uuids_clocks_and_errors(
     client: JournalClient, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = []
-    original = Appender.append_made
-
-    def counting(self: Appender, *args: Any) -> Any:
-        made.append(self.journal)
-        return original(self, *args)
-
-    monkeypatch.setattr(Appender, "append_made", counting)
     fast, slow = twin_publishers(client)
-    want = history(slow, "slow")
-    assert made == []  # the general path never takes it
-    got = history(fast, "fast")
+    real, _ = twin_publishers(client)  # its lanes as built (C where built), not counted
+    real.producer_id = slow.producer_id
+    with monkeypatch.context() as patches:
+        made = count_fast_appends(patches)
+        want = history(slow, "slow")
+        assert made == []  # the general path never takes it
+        got = history(fast, "fast")
+    assert history(real, "real") == want
     assert got == want
     for name in ("a", "b", "c"):
-        assert journal_bytes(client, f"fast/{name}") == journal_bytes(client, f"slow/{name}")
+        want_bytes = journal_bytes(client, f"slow/{name}")
+        assert journal_bytes(client, f"fast/{name}") == want_bytes
+        assert journal_bytes(client, f"real/{name}") == want_bytes
     # The fast path was taken: all 5 committed messages, and every uncommitted JSONMessage
     # with a plain dict after a transaction's first in its journal (the errors included).
     assert made.count("fast/a") == 5
@@ -213,14 +232,7 @@ def test_concurrent_publishing_keeps_clock_order_and_loses_nothing(
 
 def test_fast_path_steps_aside(client: JournalClient, mode: str,
                                monkeypatch: pytest.MonkeyPatch) -> None:
-    made: list[str] = []
-    original = Appender.append_made
-
-    def counting(self: Appender, *args: Any) -> Any:
-        made.append(self.journal)
-        return original(self, *args)
-
-    monkeypatch.setattr(Appender, "append_made", counting)
+    made = count_fast_appends(monkeypatch)
     to_b = route("fast")
     # A transactional id, or a clock of the caller's: the general path throughout.
     for pub in (Publisher(client, transactional_id="svc"), Publisher(client, Clock(5))):
@@ -375,3 +387,82 @@ def test_a_clock_copies_and_pickles_with_its_value() -> None:
         assert type(twin) is Clock and twin.value == 12346
         twin.tick()
         assert (twin.value, clock.value) == (12347, 12346)
+
+
+def test_a_transaction_keeps_an_outstanding_append_per_fragment_not_per_message(
+    client: JournalClient, mode: str
+) -> None:
+    pub = Publisher(client)
+    with pub.transaction():
+        appends = [pub.publish_uncommitted(to_journal("fast/a"), JSONMessage({"n": i}))
+                   for i in range(3000)]
+        batches = {id(a._batch) for a in appends}
+        # The latest append of each batch (fragment-to-be) stands for the ones before it.
+        assert len(pub._outstanding) == len(batches) < 10
+    assert all(a.done() for a in appends)
+    docs = [e.message.doc["n"] for e in read_committed(client, "fast/a")]
+    assert docs == list(range(3000))
+
+
+def test_flush_reports_an_earlier_fragment_that_failed_though_later_ones_were_written(
+    client: JournalClient, mode: str
+) -> None:
+    pub = Publisher(client)
+    to_a = to_journal("fast/a")
+    pub.publish_committed(to_a, JSONMessage({"n": 0})).result()
+    appender = client._appender("fast/a")
+    real = appender._persister.persist
+    calls: list[bytes] = []
+
+    def persist(buf: bytearray) -> int:
+        calls.append(bytes(buf))
+        if len(calls) == 1:
+            raise OSError("disk on fire")
+        return real(buf)
+
+    appender._persister.persist = persist  # type: ignore[method-assign]
+    failed = pub.publish_committed(to_a, JSONMessage({"n": 1}))
+    with pytest.raises(AppendFailed, match="disk on fire"):
+        failed.result(DEADLINE)
+    later = pub.publish_committed(to_a, JSONMessage({"n": 2}))
+    assert later.result(DEADLINE).begin > 0 and failed._batch is not later._batch
+    with pytest.raises(AppendFailed, match="disk on fire"):
+        pub.flush(DEADLINE)  # the failed fragment is still reported: never a false success
+    pub.flush(DEADLINE)  # reported once
+    assert [e.message.doc["n"] for e in read_committed(client, "fast/a")] == [0, 2]
+
+
+def test_a_failed_append_is_never_forgotten_by_pruning(memory_store: Any, mode: str) -> None:
+    """Pruning drops durable appends from the front of what a commit waits for, never a
+    failed one (it is `done()` too): a transaction that lost a message does not commit, however
+    many appends came after it."""
+    client = memory_store.open(retry_timeout=0.2)
+    try:
+        client.create(JournalSpec("tiny/a", labels=JSON, fragment=FragmentSpec(length=64)))
+        pub = Publisher(client)
+        to_a = to_journal("tiny/a")
+        appender = client._appender("tiny/a")
+        real = appender._persister.persist
+        calls: list[int] = []
+
+        def persist(buf: bytearray) -> int:
+            calls.append(len(buf))
+            if len(calls) == 2:
+                raise OSError("disk on fire")
+            return real(buf)
+
+        appender._persister.persist = persist  # type: ignore[method-assign]
+        pad = "x" * 64  # every message fills a fragment of its own
+        with pytest.raises(AppendFailed, match="nothing was committed"):
+            with pub.transaction():
+                first = pub.publish_uncommitted(to_a, JSONMessage({"n": 0, "pad": pad}))
+                lost = pub.publish_uncommitted(to_a, JSONMessage({"n": 1, "pad": pad}))
+                assert first._batch is not lost._batch
+                with pytest.raises(AppendFailed, match="disk on fire"):
+                    lost.result(DEADLINE)
+                for i in range(2, 1200):  # past the bound: pruning runs
+                    pub.publish_uncommitted(to_a, JSONMessage({"n": i, "pad": pad}))
+        assert len(calls) > 2
+        assert list(read_committed(client, "tiny/a")) == []
+    finally:
+        client.close()

@@ -121,6 +121,10 @@ registered: Mapping[str, Framing] = MappingProxyType(_registry)
 """A read-only, live view of the registry by normalised content type (lower case, no
 parameters): a dict lookup for hot paths that already hold a normalised type."""
 
+registered_get: Callable[[str], Framing | None] = _registry.get
+"""`registered.get` without the view's indirection (one C call, for per-message paths): the
+framing registered for a normalised content type, or None."""
+
 
 def _normalize(content_type: str) -> str:
     # Media types are case-insensitive and may carry parameters ("text/csv; charset=utf-8").

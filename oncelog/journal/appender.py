@@ -56,9 +56,11 @@ from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from time import monotonic as _monotonic
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from oncelog.journal import _spoolcore
 from oncelog.journal._persister import Persister
+from oncelog.journal._spoolcore import AppendCore, AppenderCore, BatchCore
 from oncelog.journal.errors import AppendFailed, JournalError
 from oncelog.journal.index import ClaimsIndex
 from oncelog.journal.spec import FragmentSpec
@@ -82,15 +84,27 @@ class AppendResult:
     journal: str = field(default="", compare=False)
 
 
-class _Batch:
-    """Bytes of the appends that will share one fragment."""
+_cores = _spoolcore.cores()
+if TYPE_CHECKING:  # the C cores have the pure cores' interface
+    _BatchBase = BatchCore
+    _AppendBase = AppendCore
+    _AppenderBase = AppenderCore
+    Outstanding = _spoolcore.Outstanding
+    Lane = _spoolcore.Lane
+else:
+    _BatchBase, _AppendBase, _AppenderBase, Outstanding, Lane = _cores
+# Outstanding: the appends still to wait for, the latest of each batch; Lane: appends made
+# by one function, remembered in an Outstanding, one call each (see `_spoolcore`).
 
-    __slots__ = ("buf", "used", "created", "event", "base", "error", "sealed", "doom")
+
+class _Batch(_BatchBase):
+    """Bytes of the appends that will share one fragment (`buf`, `used`, `created`: the
+    core's, see `_spoolcore`)."""
+
+    __slots__ = ("event", "base", "error", "sealed", "doom")
 
     def __init__(self) -> None:
-        self.buf = bytearray()
-        self.used = False  # whether an append was released into it (it may hold 0 bytes)
-        self.created = 0.0
+        super().__init__()
         self.event = threading.Event()
         self.base = 0
         self.error: BaseException | None = None
@@ -101,21 +115,21 @@ class _Batch:
 
 
 # AsyncAppend._end doubles as its state: these negative values until it is released.
-_OPEN, _ABORTED = -1, -2
+_OPEN, _ABORTED = _spoolcore.OPEN, -2
 
 
-class AsyncAppend:
+class AsyncAppend(_AppendBase):
     """One append in progress: `write` bytes, then `release` (or `abort`), then wait on
     `result`. Between `start_append` and `release` it holds the journal's write lock, so keep
-    that span short and release from the thread that started it."""
+    that span short and release from the thread that started it.
 
-    __slots__ = ("_appender", "_batch", "_begin", "_end")
+    `write(data) -> int` adds bytes to the append and returns their count; `release()`
+    finishes writing: the append is queued for its fragment and the lock is let go (both are
+    the core's, in C where built: see `_spoolcore`)."""
 
-    def __init__(self, appender: Appender, batch: _Batch, begin: int) -> None:
-        self._appender = appender
-        self._batch = batch
-        self._begin = begin
-        self._end = _OPEN
+    __slots__ = ()
+    _appender: Appender  # the core's fields, with the types the subclasses give them
+    _batch: _Batch
 
     @property
     def journal(self) -> str:
@@ -126,34 +140,11 @@ class AsyncAppend:
         """The appender this append was started on (for `Appender.hold`)."""
         return self._appender
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        """Add bytes to this append; returns their count."""
-        if self._end != _OPEN:
+    def _misuse(self, what: str) -> None:
+        """Raise the error of a `write` or `release` ("write", "release") after release."""
+        if what == "write":
             raise JournalError(f"write to an append of journal {self.journal!r} already released")
-        self._batch.buf += data
-        return len(data)
-
-    def release(self) -> None:
-        """Finish writing: the append is queued for its fragment and the lock is let go."""
-        # The hot path of every append: kept inline, touching as little as possible.
-        batch = self._batch
-        if self._end != _OPEN:
-            raise JournalError(f"append to journal {self.journal!r} released twice")
-        self._end = len(batch.buf)
-        appender = self._appender
-        if batch.used:
-            if appender._seal_requested:
-                appender._hand_over()
-            else:
-                appender._write_lock.release()
-            return
-        batch.used = True  # the batch's first append: its flush_interval starts now
-        batch.created = _monotonic()
-        if appender._seal_requested:
-            appender._hand_over()
-            return
-        appender._write_lock.release()
-        appender._wake()
+        raise JournalError(f"append to journal {self.journal!r} released twice")
 
     def abort(self) -> None:
         """Drop the bytes written so far and let the lock go; `result()` then raises."""
@@ -313,8 +304,24 @@ def _bad_record(journal: str, records: list[Any] | tuple[Any, ...]) -> TypeError
     return TypeError(f"append_many to journal {journal!r}: records must be bytes-like")
 
 
-class Appender:
-    """The appender of one journal in one process (shared by all its threads)."""
+class Appender(_AppenderBase):
+    """The appender of one journal in one process (shared by all its threads).
+
+    `start_append() -> AsyncAppend` takes the write lock and begins an append (it blocks
+    while another is in progress or while too many bytes wait to be written).
+    `append_made(make, *args) -> (AsyncAppend, token)` is `start_append`, `write` and
+    `release` in one call (one AsyncAppend, one pass over the lock), with the record made by
+    `make(*args)`, which returns `(data, token)`, while the write lock is held: for a record
+    stamped with something that must follow the journal's append order (a publisher's clock,
+    `oncelog.publisher`), `make` runs in that order. If `make` (or copying its data) raises,
+    the append is released empty, as `release()` after a failed `write` in a `finally`
+    would (nothing is appended), and the error propagates. Both are the core's (in C where
+    built: see `_spoolcore`), so an append costs one call.
+    """
+
+    index: ClaimsIndex
+    _open: _Batch
+    _append_type: type[AsyncAppend]
 
     def __init__(
         self,
@@ -332,6 +339,7 @@ class Appender:
 
         self._write_lock = threading.Lock()  # held by an AsyncAppend from start to release
         self._state = threading.Condition(threading.Lock())  # guards everything below
+        self._append_type = AsyncAppend
         self._open = _Batch()
         self._sealed: collections.deque[_Batch] = collections.deque()
         self._sealed_bytes = 0
@@ -358,15 +366,6 @@ class Appender:
         """Claims this appender lost to another writer (each then retried at the new head)."""
         return self._persister.races_lost
 
-    @property
-    def reusable(self) -> bool:
-        """Whether `JournalClient.start_append` would still hand out this appender: it is
-        not closed (the client closes it when the journal is deleted or the client closed)
-        and its journal's index is not stale (a deletion elsewhere). Read without the lock:
-        a caller that keeps an appender between appends checks it before each, and one that
-        closes just after still fails its append as `start_append`'s would."""
-        return not self._closed and not self.index.stale
-
     def hold(self) -> None:
         """Let the open batch wait for more appends while the writer is idle (see the
         module); every `hold` must be paired with one `unhold`."""
@@ -389,40 +388,15 @@ class Appender:
 
     # -- the AsyncAppend side ----------------------------------------------------------------
 
-    def start_append(self) -> AsyncAppend:
-        """Take the write lock and begin an append (blocks while another is in progress or
-        while too many bytes wait to be written)."""
-        self._write_lock.acquire()
-        batch = self._open
-        size = len(batch.buf)
-        if size < self._room:  # the hot path
-            return AsyncAppend(self, batch, size)
-        batch = self._next_batch(batch)
-        return AsyncAppend(self, batch, len(batch.buf))
+    if TYPE_CHECKING:  # the core's, with the types this subclass gives them
 
-    def append_made(
-        self, make: Callable[..., tuple[Any, Any]], *args: Any
-    ) -> tuple[AsyncAppend, Any]:
-        """One append whose record `make(*args)` makes while the write lock is held:
-        `start_append`, `write`, `release` in one call (one AsyncAppend, one pass over the
-        lock). `make` returns `(data, token)`; this returns `(the released AsyncAppend,
-        token)`. For a record stamped with something that must follow the journal's append
-        order (a publisher's clock, `oncelog.publisher`): `make` runs in that order.
+        def start_append(self) -> AsyncAppend: ...
 
-        It is exactly `start_append` + `write` + `release` (same batches, seals, hand-overs
-        and holds). If `make` (or copying its data) raises, the append is released empty, as
-        `release()` after a failed `write` in a `finally` would (nothing is appended), and
-        the error propagates.
-        """
-        append = self.start_append()
-        try:
-            data, token = make(*args)
-            append._batch.buf += data
-        finally:
-            append.release()
-        return append, token
+        def append_made(
+            self, make: Callable[..., tuple[Any, Any]], *args: Any
+        ) -> tuple[AsyncAppend, Any]: ...
 
-    def _next_batch(self, batch: _Batch) -> _Batch:
+    def _next_batch(self, batch: BatchCore) -> _Batch:
         """The batch to append to when the open one is full, a seal is wanted, too many bytes
         wait to be written, or the appender is closed. Entered and left holding the write
         lock, which is let go while waiting for the writer and when raising."""
@@ -433,7 +407,7 @@ class Appender:
                 with self._state:
                     if batch.used:
                         self._seal_locked()
-                    elif batch.doom is not None:
+                    elif cast(_Batch, batch).doom is not None:
                         self._open = _Batch()  # nothing released into it: drop it
                     self._seal_requested = False
                     self._update_room_locked()
