@@ -15,7 +15,10 @@ journal on a local-disk store. Prints:
   and once through envelopes alone (its path before the columnar one, as a reference);
 each as messages/s and as a ratio to the baseline. The 16-producer history also has a few
 rollbacks (2% of transactions) and duplicate frames (0.5%). A second journal, from one
-producer, gives read_committed to dicts beside its own baseline (target >= 0.9x on both).
+producer, gives read_committed to dicts beside its own baseline (target >= 0.9x on both);
+a third, one producer's transactions of 10,000 messages (a fifth as many messages), is the
+guard for large transactions: how the sequencer frees delivered envelopes paces the
+garbage collector, which must not walk a large open transaction again and again.
 With `--stages`, also the cost of each stage of read_committed per frame: parsing alone
 (one `orjson.loads` per 128 lines, the floor), the same chunks decoded in memory into
 envelopes (C), decoding
@@ -58,6 +61,26 @@ from oncelog.sequencer import Sequencer  # noqa: E402
 
 JOURNAL = "bench/sequencer/part-000"
 JOURNAL_1 = "bench/sequencer/one-producer"
+JOURNAL_BIG = "bench/sequencer/large-transactions"
+BIG_TXN = 10_000
+
+
+def build_large_transactions(messages: int) -> tuple[bytes, int]:
+    """Frames of `messages` messages from one producer in transactions of BIG_TXN, each
+    closed by its ACK; returns the bytes and how many commit (all of them)."""
+    producer = bytes([0x01, 0x5E, 0x9C, 0x77, 0x00, 0x42])
+    clock = 1 << 60
+    lines: list[bytes] = []
+    for n in range(messages):
+        clock += 1
+        u = build_uuid(producer, clock, Flags.CONTINUE_TXN)
+        lines.append(orjson.dumps({"uuid": str(u), "user": f"user-{n % 10**6:06d}",
+                                   "event": "page_view", "n": n}) + b"\n")
+        if (n + 1) % BIG_TXN == 0 or n + 1 == messages:
+            clock += 1
+            ack = build_uuid(producer, clock, Flags.ACK_TXN)
+            lines.append(orjson.dumps({"uuid": str(ack)}) + b"\n")
+    return b"".join(lines), messages
 
 
 def build_journal_bytes(
@@ -168,9 +191,10 @@ def main() -> None:
 
     data, expected = build_journal_bytes(messages, rollbacks=0.02, duplicates=0.005)
     data1, expected1 = build_journal_bytes(messages, producers=1, seed=11)
+    data_big, expected_big = build_large_transactions(max(messages // 5, 2 * BIG_TXN))
     with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as root:
         client = open_journals(root)
-        for name, content in ((JOURNAL, data), (JOURNAL_1, data1)):
+        for name, content in ((JOURNAL, data), (JOURNAL_1, data1), (JOURNAL_BIG, data_big)):
             client.create(JournalSpec(name, labels={"content-type": "application/x-ndjson"},
                                       fragment=FragmentSpec(length=64 << 20)))
             # Append whole frames in ~4 MiB appends.
@@ -181,6 +205,7 @@ def main() -> None:
                 start = stop
         lines = data.split(b"\n")[:-1]
         lines1 = data1.split(b"\n")[:-1]
+        lines_big = data_big.split(b"\n")[:-1]
         total_frames = len(lines)
 
         def baseline() -> int:
@@ -200,6 +225,16 @@ def main() -> None:
         def committed1() -> int:
             n = 0
             for _ in read_committed(client, JOURNAL_1, sequencer=None):
+                n += 1
+            return n
+
+        def baseline_big() -> int:
+            loads = orjson.loads
+            return len([loads(line) for line in lines_big])
+
+        def committed_big() -> int:
+            n = 0
+            for _ in read_committed(client, JOURNAL_BIG, sequencer=None):
                 n += 1
             return n
 
@@ -233,13 +268,15 @@ def main() -> None:
 
         # Rounds interleave the variants, so that a slow spell of a shared machine
         # weighs on all of them rather than on whichever ran during it.
-        variants = [baseline, uncommitted, committed, lazy, baseline1, committed1]
+        variants = [baseline, uncommitted, committed, lazy, baseline1, committed1,
+                    baseline_big, committed_big]
         if read_committed_batches is not None:
             variants += [batches, batch_frames, batch_docs, batches_envelopes]
         results = timed_together(variants, args.rounds)
         (base_t, base_n), (unc_t, unc_n), (com_t, com_n), (lazy_t, lazy_n) = results[:4]
         (base1_t, base1_n), (com1_t, com1_n) = results[4:6]
-        batch_rows = results[6:]
+        (base_big_t, base_big_n), (com_big_t, com_big_n) = results[6:8]
+        batch_rows = results[8:]
         stages: list[tuple[str, float]] = []
         if args.stages:
             def decode(prime: bool) -> Callable[[], int]:
@@ -293,6 +330,7 @@ def main() -> None:
     assert com_n == expected, f"read_committed delivered {com_n}, expected {expected}"
     assert lazy_n == expected, f"lazy read_committed delivered {lazy_n}, expected {expected}"
     assert com1_n == expected1, f"read_committed delivered {com1_n}, expected {expected1}"
+    assert com_big_n == expected_big, (com_big_n, expected_big)
     for _, n in batch_rows:
         assert n == expected, f"read_committed_batches delivered {n}, expected {expected}"
     print(f"{messages:,} messages ({total_frames:,} frames incl. ACKs, {len(data) / 1e6:.1f} MB), "
@@ -324,6 +362,11 @@ def main() -> None:
     print(f"{'baseline orjson.loads':34} {base1_rate:12,.0f} {1.0:11.2f}x")
     rate = com1_n / com1_t
     print(f"{'read_committed (dicts)':34} {rate:12,.0f} {rate / base1_rate:11.2f}x")
+    base_big_rate = base_big_n / base_big_t
+    print(f"\n{expected_big:,} messages from 1 producer in transactions of {BIG_TXN:,}")
+    print(f"{'baseline orjson.loads':34} {base_big_rate:12,.0f} {1.0:11.2f}x")
+    rate = com_big_n / com_big_t
+    print(f"{'read_committed (dicts)':34} {rate:12,.0f} {rate / base_big_rate:11.2f}x")
     if stages:
         print(f"\n{'stage':30} {'us/frame':>12} {'frames/s':>12}"
               f"   (baseline {1e6 / base_rate:.2f} us/frame)")

@@ -271,14 +271,19 @@ typedef struct {
      * for a fixed ring, nor after a refusal until the head wraps round). */
     long long max_bytes;
     int may_grow;
-    /* The ring: envelope, next index in its partial's chain (-1: none), owning partial,
-     * and the envelope's begin offset, clock and flags (read once, when queued). */
+    /* The ring: envelope (NULL once step() took it), next index in its partial's chain
+     * (-1: none), owning partial, and the envelope's begin and end offsets, clock and flags
+     * (read once, when queued). */
     PyObject **ring;
     Py_ssize_t *next;
     PartialObj **owner;
-    long long *rbegin;
+    long long *rbegin, *rend;
     uint64_t *rclock;
     long *rflags;
+    /* Delivered envelopes, oldest first: a circular queue of `size` places (see
+     * delivered_push). */
+    PyObject **delivered;
+    Py_ssize_t delivered_head, delivered_n;
     PyObject *offsets;     /* dict: journal -> read-through offset */
     PyObject *off_journal; /* an offset not yet in `offsets`: journal -> off_env.end */
     PyObject *off_env;
@@ -498,20 +503,72 @@ decide_outcome(uint64_t min_clock, uint64_t max_clock, int span_open, uint64_t c
     return clock <= min_clock ? O_OUTSIDE_ALREADY_ACKED : O_OUTSIDE_COMMIT;
 }
 
-/* The journal bytes of the envelopes in the ring (their end - begin), in *out. */
+/* The journal bytes of the envelopes in the ring (their end - begin), in *out: of every
+ * slot ever filled, delivered or not (as SequencingKernel._held_bytes counts them). */
 static int
 ring_held(KernelObj *k, long long *out)
 {
-    long long held = 0, end;
-    for (Py_ssize_t i = 0; i < k->size; i++) {
-        if (k->ring[i] == NULL)
-            continue;
-        if (env_offset(k, k->ring[i], F_END, &end) < 0)
-            return -1;
-        held += end - k->rbegin[i];
-    }
+    long long held = 0;
+    for (Py_ssize_t i = 0; i < k->size; i++)
+        if (k->owner[i] != NULL)
+            held += k->rend[i] - k->rbegin[i];
     *out = held;
     return 0;
+}
+
+/* ---- delivered envelopes
+ *
+ * step() takes an envelope it steps through that was queued at most DELIVERED_RECENT
+ * queueings ago out of its ring slot (the slot is never read again: its chain has moved
+ * past it) and puts it at the back of `delivered`; each queue_uncommitted that frees no
+ * envelope of its own (its slot was empty) drops the envelope at the front. So a small
+ * transaction's envelopes are freed a few dozen queueings after delivery, while their
+ * objects are still in the CPU's caches, instead of a whole turn of the ring later (at
+ * least 1,024 messages), when their slots are reused (read_committed to dicts, 16
+ * producers: about 6% less CPU; one producer about 5%). Older envelopes (a large
+ * transaction's first ones) stay in their slots and are freed when those are reused, as
+ * before: moving them too made reading transactions of 10,000 messages about 6% slower.
+ *
+ * Freeing an envelope as soon as step() hands it out would be sooner still, but CPython's
+ * collector counts allocations net of frees (and a free counts only while the count is
+ * above zero): a transaction of 10,000 messages, freed in one burst at its commit, left
+ * the next one's 10,000 envelopes to count up unopposed, and reading such a journal ran
+ * 1.8x the CPU with ten times the young collections. Each queueing frees one envelope at
+ * most (the one in its slot, else one delivered), so the ring keeps that pacing: one old
+ * envelope freed per new one.
+ *
+ * Invariant: the envelopes referenced by the ring's slots plus those in `delivered` are
+ * never more than `size` (a step moves one from a slot to the queue or leaves it; a
+ * queueing frees the one in its slot, or, if that is empty, drops one from the queue, or
+ * else fills an empty slot), so the queue never overflows, and an envelope is dropped
+ * within `size` queueings of its delivery: nothing outlives the ring's turn. */
+
+#define DELIVERED_RECENT 256
+
+/* Drop the oldest delivered envelope, if any (taken out of the queue before its release,
+ * which may run Python code). */
+static inline void
+delivered_drop(KernelObj *k)
+{
+    if (k->delivered_n == 0)
+        return;
+    Py_ssize_t at = k->delivered_head;
+    PyObject *env = k->delivered[at];
+    k->delivered[at] = NULL;
+    k->delivered_head = at + 1 == k->size ? 0 : at + 1;
+    k->delivered_n--;
+    Py_DECREF(env);
+}
+
+/* Put env (a reference stolen from its ring slot) at the back of the delivered queue. */
+static inline void
+delivered_push(KernelObj *k, PyObject *env)
+{
+    if (k->delivered_n == k->size)
+        delivered_drop(k); /* not reached (see the invariant above): a bound, not a rule */
+    Py_ssize_t at = k->delivered_head + k->delivered_n;
+    k->delivered[at >= k->size ? at - k->size : at] = env;
+    k->delivered_n++;
 }
 
 /* Whether queueing next grows the ring rather than free slot `head`, which holds the first
@@ -549,16 +606,20 @@ kgrow(KernelObj *k)
     Py_ssize_t *next = PyMem_Calloc((size_t)m, sizeof(Py_ssize_t));
     PartialObj **owner = PyMem_Calloc((size_t)m, sizeof(PartialObj *));
     long long *rbegin = PyMem_Calloc((size_t)m, sizeof(long long));
+    long long *rend = PyMem_Calloc((size_t)m, sizeof(long long));
     uint64_t *rclock = PyMem_Calloc((size_t)m, sizeof(uint64_t));
     long *rflags = PyMem_Calloc((size_t)m, sizeof(long));
-    if (ring == NULL || next == NULL || owner == NULL || rbegin == NULL || rclock == NULL ||
-        rflags == NULL) {
+    PyObject **delivered = PyMem_Calloc((size_t)m, sizeof(PyObject *));
+    if (ring == NULL || next == NULL || owner == NULL || rbegin == NULL || rend == NULL ||
+        rclock == NULL || rflags == NULL || delivered == NULL) {
         PyMem_Free(ring);
         PyMem_Free(next);
         PyMem_Free(owner);
         PyMem_Free(rbegin);
+        PyMem_Free(rend);
         PyMem_Free(rclock);
         PyMem_Free(rflags);
+        PyMem_Free(delivered);
         PyErr_NoMemory();
         return -1;
     }
@@ -589,23 +650,32 @@ kgrow(KernelObj *k)
         owner[j] = k->owner[i];
         next[j] = k->next[i] == -1 ? -1 : (k->next[i] - h + n) % n;
         rbegin[j] = k->rbegin[i];
+        rend[j] = k->rend[i];
         rclock[j] = k->rclock[i];
         rflags[j] = k->rflags[i];
     }
     for (Py_ssize_t j = n; j < m; j++)
         next[j] = -1;
+    /* The delivered queue keeps its order, from its first place. */
+    for (Py_ssize_t j = 0; j < k->delivered_n; j++)
+        delivered[j] = k->delivered[(k->delivered_head + j) % n];
     PyMem_Free(k->ring);
     PyMem_Free(k->next);
     PyMem_Free(k->owner);
     PyMem_Free(k->rbegin);
+    PyMem_Free(k->rend);
     PyMem_Free(k->rclock);
     PyMem_Free(k->rflags);
+    PyMem_Free(k->delivered);
     k->ring = ring;
     k->next = next;
     k->owner = owner;
     k->rbegin = rbegin;
+    k->rend = rend;
     k->rclock = rclock;
     k->rflags = rflags;
+    k->delivered = delivered;
+    k->delivered_head = 0;
     k->size = m;
     k->head = n;
     return 1;
@@ -713,6 +783,7 @@ kqueue(KernelObj *k, PyObject *env)
         return -1;
     }
     Py_ssize_t head = k->head;
+    int freed = 0; /* whether this queueing freed the envelope in its slot */
     PartialObj *o = k->owner[head];
     if (o != NULL && o->ring_start == head) {
         int grown = 0;
@@ -794,15 +865,19 @@ kqueue(KernelObj *k, PyObject *env)
             goto fail;
         goto done;
     }
-    if (!have_begin && env_offset(k, env, F_BEGIN, &begin) < 0)
+    long long end;
+    if ((!have_begin && env_offset(k, env, F_BEGIN, &begin) < 0) ||
+        env_offset(k, env, F_END, &end) < 0)
         goto fail;
     /* Put env in the ring slot at the head, linked after the last entry of p's chain. */
     Py_INCREF(env);
+    freed = k->ring[head] != NULL;
     Py_XSETREF(k->ring[head], env);
     k->next[head] = -1;
     Py_INCREF(p);
     Py_XSETREF(k->owner[head], p);
     k->rbegin[head] = begin;
+    k->rend[head] = end;
     k->rclock[head] = clock;
     k->rflags[head] = flags;
     Py_ssize_t stop = p->ring_stop;
@@ -830,6 +905,8 @@ done:
     Py_DECREF(p);
     Py_DECREF(journal);
     Py_DECREF(ids);
+    if (!freed)
+        delivered_drop(k); /* one envelope freed per envelope queued */
     return outcome;
 fail:
     Py_XDECREF(p);
@@ -929,7 +1006,22 @@ kstep(KernelObj *k, long *flags_out)
         long flags;
         long long begin;
         if (k->replay_it == NULL) {
-            env = Py_NewRef(k->ring[start]);
+            env = k->ring[start];
+            if (env == NULL) { /* a chain links only slots step() has not taken yet */
+                raise_message("SequencerError",
+                              PyUnicode_FromFormat("ring invariant violated for journal %R"
+                                                   " (slot %zd stepped through twice)",
+                                                   emit->journal, start));
+                goto error;
+            }
+            Py_ssize_t age = k->head - start;
+            if (age <= 0)
+                age += k->size;
+            if (age <= DELIVERED_RECENT) {
+                k->ring[start] = NULL; /* its reference moves to the delivered queue */
+                delivered_push(k, env);
+            }
+            Py_INCREF(env);
             clock = k->rclock[start];
             flags = k->rflags[start];
             begin = k->rbegin[start];
@@ -1025,12 +1117,14 @@ kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     k->next = PyMem_Calloc((size_t)k->size, sizeof(Py_ssize_t));
     k->owner = PyMem_Calloc((size_t)k->size, sizeof(PartialObj *));
     k->rbegin = PyMem_Calloc((size_t)k->size, sizeof(long long));
+    k->rend = PyMem_Calloc((size_t)k->size, sizeof(long long));
     k->rclock = PyMem_Calloc((size_t)k->size, sizeof(uint64_t));
     k->rflags = PyMem_Calloc((size_t)k->size, sizeof(long));
+    k->delivered = PyMem_Calloc((size_t)k->size, sizeof(PyObject *));
     k->offsets = PyDict_Copy(offsets);
     k->partials = PyDict_New();
     if (k->ring == NULL || k->next == NULL || k->owner == NULL || k->rbegin == NULL ||
-        k->rclock == NULL || k->rflags == NULL) {
+        k->rend == NULL || k->rclock == NULL || k->rflags == NULL || k->delivered == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -1077,6 +1171,9 @@ kernel_traverse(KernelObj *k, visitproc visit, void *arg)
     if (k->ring != NULL)
         for (Py_ssize_t i = 0; i < k->size; i++)
             Py_VISIT(k->ring[i]);
+    if (k->delivered != NULL)
+        for (Py_ssize_t j = 0; j < k->delivered_n; j++)
+            Py_VISIT(k->delivered[(k->delivered_head + j) % k->size]);
     Py_VISIT(k->offsets);
     Py_VISIT(k->off_journal);
     Py_VISIT(k->off_env);
@@ -1095,6 +1192,9 @@ kernel_clear(KernelObj *k)
     if (k->ring != NULL)
         for (Py_ssize_t i = 0; i < k->size; i++)
             Py_CLEAR(k->ring[i]);
+    if (k->delivered != NULL)
+        while (k->delivered_n > 0)
+            delivered_drop(k);
     if (k->owner != NULL)
         for (Py_ssize_t i = 0; i < k->size; i++)
             Py_CLEAR(k->owner[i]);
@@ -1122,8 +1222,10 @@ kernel_dealloc(KernelObj *k)
     PyMem_Free(k->next);
     PyMem_Free(k->owner);
     PyMem_Free(k->rbegin);
+    PyMem_Free(k->rend);
     PyMem_Free(k->rclock);
     PyMem_Free(k->rflags);
+    PyMem_Free(k->delivered);
     type->tp_free((PyObject *)k);
     Py_DECREF(type);
 }
@@ -1327,7 +1429,8 @@ kernel_sequence(KernelObj *k, PyObject *args)
     return (PyObject *)s;
 }
 
-/* Introspection, for tests: the ring, a producer's record, the committed sequence. */
+/* Introspection, for tests: the ring (a slot step() took its envelope from shows None),
+ * a producer's record, the committed sequence. */
 static PyObject *
 kernel_ring(KernelObj *k, PyObject *unused)
 {
