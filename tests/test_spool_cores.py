@@ -345,9 +345,11 @@ def test_the_appender_suites_pass_on_the_pure_cores(tmp_path: Path) -> None:
     env = dict(os.environ, ONCELOG_PURE_PYTHON="1")
     env.pop("PYTEST_XDIST_WORKER", None)
     files = ["tests/test_journal_appender.py", "tests/test_publisher_fast.py"]
+    # Not the S3 variants (a moto server of its own) nor the slow pruning test: the cores
+    # are what differs, and the parity tests above cover Outstanding on both.
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "no:randomly", *files],
+         "-p", "no:randomly", "-k", "not s3 and not never_forgotten", *files],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
