@@ -31,10 +31,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stam
     start=$SECONDS
     # An editable install: the venv runs this checkout's code. (pyproject.toml makes it a
     # static .pth entry, so PySpark finds `pyspark_oncelog` as it does in a regular install.)
-    # --no-compile: Python compiles what it imports when it first imports it, instead of
-    # pip compiling every module of every dependency up front (about 25 s of a fresh install).
     if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
-        --no-compile -e "$spec" >"$log" 2>&1; then
+        -e "$spec" >"$log" 2>&1; then
         cat "$log" >&2
         say "pip install failed (its output is above, and in $log)"
         exit 1

@@ -45,7 +45,9 @@ Determinism: what hypothesis draws and which preconditions hold depend only on e
 draws, never on time or load. Consumers run with `max_duration=inf`, so a transaction ends
 at `max_messages`, when the input runs dry, or at an injected crash, and a loaded machine
 replays an example exactly (a wall-clock deadline used to cut transactions at different
-points under load, hence `FlakyStrategyDefinition`). Keep your handler deterministic too.
+points under load, hence `FlakyStrategyDefinition`). Every message a rule publishes is
+durable before the rule returns, so what "the input runs dry" means does not depend on how
+soon an appender's writer thread wrote it either. Keep your handler deterministic too.
 """
 
 from __future__ import annotations
@@ -196,13 +198,17 @@ class ConsumerMachine(RuleBasedStateMachine):
         mapping = lambda _m: (name, NDJSON)  # noqa: E731
         key = self.next_id
         self.next_id += 1
+        publisher = self._publisher(p)
         if transactional or self.model.pending(p).get(name):
-            self._publisher(p).publish_uncommitted(mapping, msg)
+            publisher.publish_uncommitted(mapping, msg)
             self.model.publish_uncommitted(p, name, key)
             self.open_ids.setdefault(p, []).append(key)
         else:
-            self._publisher(p).publish_committed(mapping, msg)
+            publisher.publish_committed(mapping, msg)
             self.model.publish_committed(p, name, key)
+        # Durable before the next rule: whether a consumer run sees this message must not
+        # depend on how soon the appender's writer thread got to it (see "Determinism").
+        publisher.flush()
         self.docs[key] = doc
         self.repeatable[key] = (name, self.framing.marshal(msg))
 
