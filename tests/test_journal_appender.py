@@ -13,6 +13,7 @@ from journal_support import new_journal
 from oncelog.journal import AppendFailed, AppendResult, FragmentSpec, JournalSpec
 from oncelog.journal import _persister as persister_module
 from oncelog.journal import appender as appender_module
+from oncelog.journal.errors import StorageUnavailable
 
 
 def wait_until(predicate: Any, timeout: float = 30.0) -> bool:
@@ -363,5 +364,30 @@ def test_a_prompt_claim_does_not_look_its_fragment_up_again(memory_store: Any) -
         client.append(name, b"late\n")
         assert len([p for p in looked_up if p.endswith(".raw")]) == 1
         assert persister.fragments_restored == 0
+    finally:
+        client.close()
+
+
+def test_a_late_claim_whose_fragment_cannot_be_checked_reports_an_unknown_outcome(
+    memory_store: Any,
+) -> None:
+    """The claim is won, so whatever stops the check after it (here the store's reads
+    giving up), the append is reported with an unknown outcome, never as not made."""
+    client = memory_store.open(retry_timeout=0.2)
+    try:
+        name = new_journal(client)
+        persister = client._appender(name)._persister
+        persister.recheck_after = 0.0
+        backend = client.store.backend
+
+        def unavailable(path: str) -> bool:
+            raise StorageUnavailable(f"reads of {path} gave up")
+
+        backend.exists = unavailable  # type: ignore[method-assign]
+        with pytest.raises(AppendFailed, match="outcome is unknown") as info:
+            client.append(name, b"claimed\n")
+        assert info.value.made is None
+        del backend.exists
+        assert client.read(name).read() == b"claimed\n"  # it was made
     finally:
         client.close()
