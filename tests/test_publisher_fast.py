@@ -404,23 +404,31 @@ def test_a_transaction_keeps_an_outstanding_append_per_fragment_not_per_message(
     assert docs == list(range(3000))
 
 
+def fail_nth_fragment(client: JournalClient, journal: str, nth: int) -> list[int]:
+    """Make the `nth` fragment the journal's appender writes from now on fail ("disk on
+    fire"); returns the sizes of the batches it was asked to write, which grows as it
+    writes."""
+    appender = client._appender(journal)
+    real = appender._persister.persist
+    calls: list[int] = []
+
+    def persist(buf: bytearray) -> int:
+        calls.append(len(buf))
+        if len(calls) == nth:
+            raise OSError("disk on fire")
+        return real(buf)
+
+    appender._persister.persist = persist  # type: ignore[method-assign]
+    return calls
+
+
 def test_flush_reports_an_earlier_fragment_that_failed_though_later_ones_were_written(
     client: JournalClient, mode: str
 ) -> None:
     pub = Publisher(client)
     to_a = to_journal("fast/a")
     pub.publish_committed(to_a, JSONMessage({"n": 0})).result()
-    appender = client._appender("fast/a")
-    real = appender._persister.persist
-    calls: list[bytes] = []
-
-    def persist(buf: bytearray) -> int:
-        calls.append(bytes(buf))
-        if len(calls) == 1:
-            raise OSError("disk on fire")
-        return real(buf)
-
-    appender._persister.persist = persist  # type: ignore[method-assign]
+    fail_nth_fragment(client, "fast/a", 1)
     failed = pub.publish_committed(to_a, JSONMessage({"n": 1}))
     with pytest.raises(AppendFailed, match="disk on fire"):
         failed.result(DEADLINE)
@@ -441,17 +449,7 @@ def test_a_failed_append_is_never_forgotten_by_pruning(memory_store: Any) -> Non
         client.create(JournalSpec("tiny/a", labels=JSON, fragment=FragmentSpec(length=64)))
         pub = Publisher(client)
         to_a = to_journal("tiny/a")
-        appender = client._appender("tiny/a")
-        real = appender._persister.persist
-        calls: list[int] = []
-
-        def persist(buf: bytearray) -> int:
-            calls.append(len(buf))
-            if len(calls) == 2:
-                raise OSError("disk on fire")
-            return real(buf)
-
-        appender._persister.persist = persist  # type: ignore[method-assign]
+        calls = fail_nth_fragment(client, "tiny/a", 2)
         pad = "x" * 64  # every message fills a fragment of its own
         with pytest.raises(AppendFailed, match="nothing was committed"):
             with pub.transaction():
