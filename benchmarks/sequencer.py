@@ -208,35 +208,29 @@ def main() -> None:
         lines_big = data_big.split(b"\n")[:-1]
         total_frames = len(lines)
 
-        def baseline() -> int:
-            loads = orjson.loads
-            return len([loads(line) for line in lines])
+        def parse_each(journal_lines: list[bytes]) -> Callable[[], int]:
+            """The baseline: one `orjson.loads` per line of the journal's bytes."""
 
-        def baseline1() -> int:
-            loads = orjson.loads
-            return len([loads(line) for line in lines1])
+            def baseline() -> int:
+                loads = orjson.loads
+                return len([loads(line) for line in journal_lines])
 
-        def committed() -> int:
-            n = 0
-            for _ in read_committed(client, JOURNAL, sequencer=None):
-                n += 1
-            return n
+            return baseline
 
-        def committed1() -> int:
-            n = 0
-            for _ in read_committed(client, JOURNAL_1, sequencer=None):
-                n += 1
-            return n
+        def read_dicts(journal: str) -> Callable[[], int]:
+            """read_committed to dicts, each envelope visited."""
 
-        def baseline_big() -> int:
-            loads = orjson.loads
-            return len([loads(line) for line in lines_big])
+            def committed() -> int:
+                n = 0
+                for _ in read_committed(client, journal, sequencer=None):
+                    n += 1
+                return n
 
-        def committed_big() -> int:
-            n = 0
-            for _ in read_committed(client, JOURNAL_BIG, sequencer=None):
-                n += 1
-            return n
+            return committed
+
+        baseline, committed = parse_each(lines), read_dicts(JOURNAL)
+        baseline1, committed1 = parse_each(lines1), read_dicts(JOURNAL_1)
+        baseline_big, committed_big = parse_each(lines_big), read_dicts(JOURNAL_BIG)
 
         def uncommitted() -> int:
             return sum(1 for _ in read_uncommitted(client, JOURNAL))
